@@ -1,0 +1,17 @@
+"""skiplock: a durable task engine on one Postgres.
+
+The public API is this module's names only:
+
+    from skiplock import task, enqueue, enqueue_many, Step, Retry, Fail
+
+Everything else (engine, worker, ...) is internal and may change.
+"""
+
+from __future__ import annotations
+
+from .engine.handlers import task
+from .engine.model import Fail, Retry, Step
+from .enqueueing import enqueue, enqueue_many, migrate
+
+__all__ = ["task", "enqueue", "enqueue_many", "migrate", "Step", "Retry", "Fail"]
+__version__ = "0.1.0"

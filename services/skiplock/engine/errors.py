@@ -1,0 +1,67 @@
+"""The one exception tree of skiplock.
+
+Each subclass names a condition. `status` is the HTTP status the API maps it to and `code` the
+stable machine-readable name in error bodies; nothing else decides either.
+"""
+
+from __future__ import annotations
+
+
+class SkiplockError(Exception):
+    """Base of every error skiplock raises on purpose."""
+
+    code = "skiplock.error"
+    status = 500
+
+
+class ConfigError(SkiplockError):
+    """A setting is missing or invalid. The message names the variable and the value."""
+
+    code = "config.invalid"
+    status = 500
+
+
+class InvalidInput(SkiplockError):
+    """A caller passed something skiplock refuses (bad queue name, payload not JSON, ...)."""
+
+    code = "request.invalid"
+    status = 400
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "task.payload_too_large"
+    status = 413
+
+
+class TaskNotFound(SkiplockError):
+    code = "task.not_found"
+    status = 404
+
+
+class TaskNotCancellable(SkiplockError):
+    code = "task.not_cancellable"
+    status = 409
+
+
+class TaskNotResumable(SkiplockError):
+    code = "task.not_resumable"
+    status = 409
+
+
+class MigrationError(SkiplockError):
+    code = "migration.failed"
+    status = 500
+
+
+class DatabaseUnavailable(SkiplockError):
+    """Postgres cannot be reached or dropped the connection; callers retry with backoff."""
+
+    code = "database.unavailable"
+    status = 503
+
+
+class LeaseLost(SkiplockError):
+    """A fenced write found the claim gone: another worker or the reaper owns the task now."""
+
+    code = "task.lease_lost"
+    status = 409

@@ -1,0 +1,50 @@
+"""Logging to stdout, one JSON object per line (or plain text for humans).
+
+Extra fields passed with `extra={...}` appear as keys of the JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s%(extras)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")
+                  and k != "extras"}
+        record.extras = "".join(f" {k}={v}" for k, v in extras.items())
+        return super().format(record)
+
+
+def setup(fmt: str = "json", level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # psycopg's pool is chatty at INFO about reconnects we already log ourselves
+    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)

@@ -1,0 +1,95 @@
+"""Prometheus metrics of the roles, and the small HTTP server that serves them with /healthz and
+/readyz. Metric names are part of the external contract (docs/CONTRACT.md).
+
+Metrics are registered on a per-process registry when `Metrics()` is built, so importing this
+module registers nothing and tests can build as many as they like.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from socketserver import ThreadingMixIn
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger("skiplock.metrics")
+
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.task_reclaims = Counter("skiplock_task_reclaims_total",
+                                     "Claims whose lease expired and were taken back by the reaper.",
+                                     ["queue"], registry=r)
+        self.tasks_claimed = Counter("skiplock_tasks_claimed_total", "Tasks claimed by workers.",
+                                     ["queue"], registry=r)
+        self.tasks_finished = Counter("skiplock_tasks_finished_total",
+                                      "Executions ended, by outcome (completed, retried, failed, "
+                                      "cancelled, checkpoint, released, abandoned).",
+                                      ["queue", "kind", "outcome"], registry=r)
+        self.task_duration = Histogram("skiplock_task_duration_seconds", "Handler run time.",
+                                       ["queue", "kind"], buckets=_DURATION_BUCKETS, registry=r)
+        self.task_wait = Histogram("skiplock_task_wait_seconds",
+                                   "Claim time minus the time the task became claimable.",
+                                   ["queue"], buckets=_WAIT_BUCKETS, registry=r)
+        self.stale_writes_rejected = Counter("skiplock_stale_writes_rejected_total",
+                                             "Fenced writes refused because the claim was lost.",
+                                             ["operation"], registry=r)
+        self.worker_inflight = Gauge("skiplock_worker_inflight", "Tasks this worker is running.",
+                                     registry=r)
+        self.listener_healthy = Gauge("skiplock_listener_healthy",
+                                      "1 while the LISTEN connection is up and answering probes.",
+                                      ["role"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # scrapes every few seconds: keep them out of the logs
+        pass
+
+
+class MetricsServer:
+    """Serves /metrics, /healthz (the process is alive) and /readyz (`ready()` is true)."""
+
+    def __init__(self, metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0"):
+        self.metrics, self.ready = metrics, ready
+        self._server = make_server(host, port, self._app, server_class=_Server, handler_class=_QuietHandler)
+        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+
+    def start(self) -> "MetricsServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _app(self, environ, start_response):
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            body, status, ctype = self.metrics.render(), "200 OK", CONTENT_TYPE_LATEST
+        elif path == "/healthz":
+            body, status, ctype = b"ok\n", "200 OK", "text/plain"
+        elif path == "/readyz":
+            ok = self.ready()
+            body = b"ready\n" if ok else b"not ready\n"
+            status, ctype = ("200 OK" if ok else "503 Service Unavailable"), "text/plain"
+        else:
+            body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
+        start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+        return [body]

@@ -1,0 +1,133 @@
+"""Forward-only schema migrations: migrations/NNNN_name.sql applied in order, each in its own
+transaction, recorded in <schema>.schema_migrations, serialized across concurrent migrators by a
+session advisory lock (two pods running `skiplock migrate` at once take turns; the second finds
+nothing pending).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import psycopg
+
+from .errors import DatabaseUnavailable, MigrationError
+from .queries import qualify
+
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# Arbitrary constant shared by every skiplock migrator; combined with the schema name.
+_LOCK_CLASS = 0x5C1F
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: str
+    name: str
+    path: Path
+
+    @property
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def migrations_dir() -> Path:
+    """SKIPLOCK_MIGRATIONS_DIR, else the copy shipped in the package, else the source tree's."""
+    configured = os.environ.get("SKIPLOCK_MIGRATIONS_DIR")
+    if configured:
+        return Path(configured)
+    here = Path(__file__).resolve()
+    for candidate in (here.parent.parent / "migrations", here.parents[3] / "migrations"):
+        if candidate.is_dir():
+            return candidate
+    raise MigrationError("no migrations directory found; set SKIPLOCK_MIGRATIONS_DIR")
+
+
+def discover(directory: Path | None = None) -> list[Migration]:
+    directory = directory or migrations_dir()
+    found = []
+    for path in sorted(directory.iterdir()):
+        match = _FILE_RE.match(path.name)
+        if match:
+            found.append(Migration(match.group(1), match.group(2), path))
+        elif path.suffix == ".sql":
+            raise MigrationError(f"{path.name}: migration files are named NNNN_snake_case.sql")
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"duplicate migration versions in {directory}")
+    return found
+
+
+def _connect(url: str) -> psycopg.Connection:
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
+
+
+def _applied(conn: psycopg.Connection, schema: str) -> dict[str, str]:
+    exists = conn.execute("SELECT to_regclass(%s)", (f"{schema}.schema_migrations",)).fetchone()[0]
+    if exists is None:
+        return {}
+    rows = conn.execute(f"SELECT version, checksum FROM {schema}.schema_migrations").fetchall()
+    return dict(rows)
+
+
+def pending(url: str, schema: str = "skiplock") -> list[Migration]:
+    """Migrations not yet applied. Raises MigrationError if an applied file was changed."""
+    available = discover()
+    with _connect(url) as conn:
+        applied = _applied(conn, schema)
+    _check_unchanged(available, applied)
+    return [m for m in available if m.version not in applied]
+
+
+def _check_unchanged(available: list[Migration], applied: dict[str, str]) -> None:
+    for m in available:
+        if m.version in applied and applied[m.version] != m.checksum:
+            raise MigrationError(
+                f"migration {m.path.name} was changed after it was applied; migrations are "
+                "forward-only: add a new file instead"
+            )
+
+
+def apply(url: str, schema: str = "skiplock") -> list[Migration]:
+    """Apply every pending migration; returns those this call applied."""
+    available = discover()
+    done: list[Migration] = []
+    with _connect(url) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+        try:
+            with conn.transaction():
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
+                    " version text PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            # read under the lock: whoever held it before us may have applied some
+            applied = _applied(conn, schema)
+            _check_unchanged(available, applied)
+            for m in available:
+                if m.version in applied:
+                    continue
+                try:
+                    with conn.transaction():
+                        conn.execute(qualify(m.sql, schema))
+                        conn.execute(
+                            f"INSERT INTO {schema}.schema_migrations (version, name, checksum)"
+                            " VALUES (%s, %s, %s)",
+                            (m.version, m.name, m.checksum),
+                        )
+                except psycopg.Error as exc:
+                    raise MigrationError(f"migration {m.path.name} failed: {exc}".strip()) from exc
+                done.append(m)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+    return done

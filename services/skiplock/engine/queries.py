@@ -1,0 +1,41 @@
+"""Loads the named SQL statements from engine/sql/*.sql.
+
+A statement starts at a `-- name: <name>` line and runs to the next one. Statements are written
+against the `skiplock` schema; another schema (SKIPLOCK_DB_SCHEMA) is substituted at load time.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+_NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.M)
+_SCHEMA_REF = re.compile(r"\bskiplock\.")
+
+
+def parse(text: str) -> dict[str, str]:
+    parts = _NAME_LINE.split(text)
+    statements = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        if name in statements:
+            raise ValueError(f"duplicate statement name {name!r}")
+        statements[name] = body.strip().rstrip(";")
+    return statements
+
+
+def qualify(sql: str, schema: str) -> str:
+    """Point every `skiplock.` reference at `schema` (validated by Settings to be an identifier)."""
+    return sql if schema == "skiplock" else _SCHEMA_REF.sub(f"{schema}.", sql)
+
+
+@functools.lru_cache(maxsize=None)
+def load(schema: str = "skiplock") -> dict[str, str]:
+    statements: dict[str, str] = {}
+    for entry in sorted(resources.files("skiplock.engine").joinpath("sql").iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".sql"):
+            for name, sql in parse(entry.read_text(encoding="utf-8")).items():
+                if name in statements:
+                    raise ValueError(f"statement {name!r} defined twice")
+                statements[name] = qualify(sql, schema)
+    return statements

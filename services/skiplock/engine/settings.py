@@ -1,0 +1,181 @@
+"""Settings: every knob comes from SKIPLOCK_* environment variables, parsed once into a frozen
+dataclass and validated when built. A bad value fails at startup with the variable's name.
+
+`NAME_FILE` may hold the path of a file whose content is the value (Kubernetes secrets).
+This module reads the environment only when `Settings.from_env()` is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from .errors import ConfigError, InvalidInput
+
+PREFIX = "SKIPLOCK_"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def check_name(what: str, value: object, variable: str | None = None) -> str:
+    """Queue and kind names: 1-64 of letters, digits, `_ . : -`, starting with a letter or digit.
+
+    Raises ConfigError naming `variable` when the name came from the environment, else InvalidInput.
+    """
+    if isinstance(value, str) and NAME_RE.match(value):
+        return value
+    message = f"invalid {what} name {value!r}: use 1-64 letters, digits, '_', '.', ':' or '-'"
+    if variable:
+        raise ConfigError(f"{variable}: {message}")
+    raise InvalidInput(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    db_schema: str = "skiplock"
+    tasks: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 10
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 10.0
+    shutdown_grace_seconds: float = 25.0
+    poll_seconds: float = 1.0
+    reaper_seconds: float = 5.0
+    max_reclaims: int = 10
+    max_payload_bytes: int = 1024 * 1024
+    claim_batch: int = 0  # 0: as many as free slots
+    stuck_grace_seconds: float = 10.0
+    metrics_port: int = 9090
+    log_format: str = "json"
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not SCHEMA_RE.match(self.db_schema):
+            raise ConfigError(f"SKIPLOCK_DB_SCHEMA: invalid schema name {self.db_schema!r}")
+        for q in self.queues:
+            check_name("queue", q, "SKIPLOCK_QUEUES")
+        if not self.queues:
+            raise ConfigError("SKIPLOCK_QUEUES: at least one queue is required")
+        if self.concurrency < 1:
+            raise ConfigError(f"SKIPLOCK_CONCURRENCY={self.concurrency}: must be a positive integer")
+        if self.lease_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_LEASE_SECONDS={self.lease_seconds}: must be > 0")
+        if self.heartbeat_seconds <= 0 or self.heartbeat_seconds > self.lease_seconds / 3 + 1e-9:
+            raise ConfigError(
+                f"SKIPLOCK_HEARTBEAT_SECONDS={self.heartbeat_seconds:g}: must be > 0 and "
+                f"<= lease/3 ({self.lease_seconds / 3:g}) so a claim survives two lost heartbeats"
+            )
+        if self.shutdown_grace_seconds < 0 or self.shutdown_grace_seconds >= self.lease_seconds:
+            raise ConfigError(
+                f"SKIPLOCK_SHUTDOWN_GRACE_SECONDS={self.shutdown_grace_seconds:g}: must be >= 0 and "
+                f"< SKIPLOCK_LEASE_SECONDS ({self.lease_seconds:g}), or drained tasks would be "
+                "reclaimed while still running"
+            )
+        if self.poll_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_POLL_SECONDS={self.poll_seconds:g}: must be > 0")
+        if self.reaper_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_REAPER_SECONDS={self.reaper_seconds:g}: must be > 0")
+        if self.max_reclaims < 0:
+            raise ConfigError(f"SKIPLOCK_MAX_RECLAIMS={self.max_reclaims}: must be >= 0")
+        if self.max_payload_bytes < 1:
+            raise ConfigError(f"SKIPLOCK_MAX_PAYLOAD_BYTES={self.max_payload_bytes}: must be >= 1")
+        if self.claim_batch < 0:
+            raise ConfigError(f"SKIPLOCK_CLAIM_BATCH={self.claim_batch}: must be >= 0")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"SKIPLOCK_METRICS_PORT={self.metrics_port}: must be 0-65535")
+        if self.log_format not in ("json", "text"):
+            raise ConfigError(f"SKIPLOCK_LOG_FORMAT={self.log_format!r}: must be json or text")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"SKIPLOCK_LOG_LEVEL={self.log_level!r}: must be a logging level")
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel; one per schema so two installations never wake each other."""
+        return f"skiplock_{self.db_schema}"
+
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise ConfigError("SKIPLOCK_DATABASE_URL: required (a libpq URL, e.g. postgresql://user@host/db)")
+        return self.database_url
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":
+        env = _Env(os.environ if environ is None else environ)
+        lease = env.number("LEASE_SECONDS", 30.0)
+        values = dict(
+            database_url=env.text("DATABASE_URL", None),
+            db_schema=env.text("DB_SCHEMA", "skiplock"),
+            tasks=env.names("TASKS", ()),
+            queues=env.names("QUEUES", ("default",)),
+            concurrency=env.integer("CONCURRENCY", 10),
+            lease_seconds=lease,
+            heartbeat_seconds=env.number("HEARTBEAT_SECONDS", lease / 3),
+            shutdown_grace_seconds=env.number("SHUTDOWN_GRACE_SECONDS", min(25.0, lease * 5 / 6)),
+            poll_seconds=env.number("POLL_SECONDS", 1.0),
+            reaper_seconds=env.number("REAPER_SECONDS", 5.0),
+            max_reclaims=env.integer("MAX_RECLAIMS", 10),
+            max_payload_bytes=env.integer("MAX_PAYLOAD_BYTES", 1024 * 1024),
+            claim_batch=env.integer("CLAIM_BATCH", 0),
+            stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS", 10.0),
+            metrics_port=env.integer("METRICS_PORT", 9090),
+            log_format=env.text("LOG_FORMAT", "json").lower(),
+            log_level=env.text("LOG_LEVEL", "INFO").upper(),
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class _Env:
+    """Typed reads of SKIPLOCK_* variables, with NAME_FILE support."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self.environ = environ
+
+    def raw(self, name: str) -> str | None:
+        key = PREFIX + name
+        path = self.environ.get(key + "_FILE")
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    return fh.read().strip()
+            except OSError as exc:
+                raise ConfigError(f"{key}_FILE={path}: cannot read ({exc.strerror})") from exc
+        value = self.environ.get(key)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def text(self, name: str, default):
+        value = self.raw(name)
+        return default if value is None else value
+
+    def number(self, name: str, default: float) -> float:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            parsed = float(value)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={value!r}: not a number") from None
+        if parsed != parsed or parsed in (float("inf"), float("-inf")):
+            raise ConfigError(f"{PREFIX}{name}={value!r}: not a finite number")
+        return parsed
+
+    def integer(self, name: str, default: int) -> int:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={value!r}: not an integer") from None
+
+    def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.raw(name)
+        if value is None:
+            return default
+        return tuple(part.strip() for part in value.split(",") if part.strip())

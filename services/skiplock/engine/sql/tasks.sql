@@ -1,0 +1,274 @@
+-- Named statements for the task lifecycle. engine/store.py looks them up by name.
+--
+-- Every transition bumps tasks.event_seq and inserts the matching task_events row in the same
+-- statement, so a task's events are gap-free and commit or roll back with the transition.
+-- Every write that extends or ends a claim names the lease token and the states it expects;
+-- a row it did not touch is a stale write, counted by the caller.
+-- A SELECT-only CTE runs only when referenced: the wake-up CTEs are pulled in by a scalar subquery.
+
+-- name: task_insert
+-- Tasks come as parallel arrays (one or many). A taken idempotency key inserts nothing;
+-- the caller looks the existing id up in a second statement (a new snapshot sees the winner).
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+        %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
+        %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[]
+    ) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key)
+), inserted AS (
+    INSERT INTO skiplock.tasks
+        (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
+    SELECT id, kind, queue, priority, payload, max_attempts,
+           coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1
+    FROM input
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, run_after
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, attempt)
+    SELECT id, 1, 'queued', 0 FROM inserted
+), wake AS (
+    -- delivered on commit; one per queue however many rows (Postgres folds equal notifications)
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE run_after <= now()) AS q
+)
+SELECT id, (SELECT count(*) FROM wake) AS woken FROM inserted;
+
+-- name: task_ids_by_idempotency_key
+SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: task_claim
+-- One statement: pick up to `limit` claimable rows, skipping rows other claimers hold, and lease
+-- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
+WITH picked AS MATERIALIZED (
+    SELECT id
+    FROM skiplock.tasks
+    WHERE state = 'queued'
+      AND queue = ANY(%(queues)s::text[])
+      AND run_after <= now()
+      AND queue NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
+      AND kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE skiplock.tasks AS t
+    SET state = 'running',
+        attempts = t.attempts + 1,
+        lease_token = nextval('skiplock.lease_tokens'),
+        lease_owner = %(owner)s,
+        lease_until = now() + %(lease_seconds)s * interval '1 second',
+        started_at = coalesce(t.started_at, now()),
+        updated_at = now(),
+        event_seq = t.event_seq + 1
+    FROM picked
+    WHERE t.id = picked.id AND t.state = 'queued'
+    RETURNING t.id, t.kind, t.queue, t.priority, t.payload, t.attempts, t.max_attempts,
+              t.reclaims, t.lease_token, t.deadline, t.cursor, t.progress, t.created_at,
+              t.event_seq, extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
+    SELECT id, event_seq, 'running', lease_token, attempts, jsonb_build_object('owner', %(owner)s::text)
+    FROM claimed
+)
+SELECT id, kind, queue, priority, payload, attempts, max_attempts, reclaims, lease_token,
+       deadline, cursor, progress, created_at, waited_seconds
+FROM claimed;
+
+-- name: task_heartbeat
+-- Renews every claim this worker still holds in one statement. A claim missing from the result
+-- was lost (reaped, or cancelled and reaped); a row in 'cancelling' tells the handler to stop.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
+), held AS MATERIALIZED (
+    -- lock in id order: settle batches lock in the same order, so the two never deadlock
+    SELECT t.id
+    FROM skiplock.tasks AS t
+    JOIN input AS i ON t.id = i.id AND t.lease_token = i.token
+    WHERE t.state IN ('running', 'cancelling')
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE skiplock.tasks AS t
+SET lease_until = now() + %(lease_seconds)s * interval '1 second'
+FROM held
+WHERE t.id = held.id
+RETURNING t.id, t.state;
+
+-- name: task_settle
+-- Ends (or checkpoints, or gives back) claims, many per round trip. outcome is one of
+-- completed | failed | retry | step | released. The new state is decided under the row lock:
+--   completed/failed stand; otherwise a cancel request wins ('cancelled'); a retry past
+--   max_attempts (the task's, else its kind's) or the total deadline fails; the rest go back to 'queued' after `delay`.
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::uuid[], %(tokens)s::bigint[], %(outcomes)s::text[], %(results)s::jsonb[],
+        %(errors)s::text[], %(delays)s::float8[], %(cursors)s::jsonb[], %(progress)s::real[],
+        %(messages)s::text[], %(deadline_seconds)s::float8[], %(kind_max_attempts)s::integer[]
+    ) AS i(id, token, outcome, result, error, delay, cursor, progress, message, deadline_seconds,
+           kind_max_attempts)
+), decided AS MATERIALIZED (
+    SELECT i.*, t.attempts AS attempt,
+           CASE
+               WHEN i.outcome IN ('completed', 'failed') THEN i.outcome
+               WHEN t.state = 'cancelling' THEN 'cancelled'
+               WHEN i.outcome = 'retry' AND (
+                        t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
+                     OR now() + i.delay * interval '1 second' > t.deadline
+                     OR now() + i.delay * interval '1 second'
+                            > t.created_at + i.deadline_seconds * interval '1 second')
+                   THEN 'failed'
+               ELSE 'queued'
+           END AS new_state
+    FROM input AS i
+    JOIN skiplock.tasks AS t ON t.id = i.id AND t.lease_token = i.token
+    WHERE t.state IN ('running', 'cancelling')
+    ORDER BY t.id
+    FOR UPDATE OF t
+), settled AS (
+    UPDATE skiplock.tasks AS t
+    SET state = d.new_state,
+        attempts = CASE
+                       WHEN d.new_state <> 'queued' THEN t.attempts
+                       WHEN d.outcome = 'step' THEN 0          -- a saved step is progress, not failure
+                       WHEN d.outcome = 'released' THEN greatest(t.attempts - 1, 0)
+                       ELSE t.attempts
+                   END,
+        run_after = CASE WHEN d.new_state = 'queued'
+                         THEN now() + coalesce(d.delay, 0) * interval '1 second'
+                         ELSE t.run_after END,
+        result = CASE WHEN d.new_state = 'completed' THEN d.result ELSE t.result END,
+        last_error = coalesce(d.error, t.last_error),
+        cursor = CASE WHEN d.outcome = 'step' THEN d.cursor ELSE t.cursor END,
+        progress = CASE WHEN d.outcome = 'step' THEN d.progress
+                        WHEN d.new_state = 'completed' THEN 1
+                        ELSE t.progress END,
+        message = coalesce(d.message, t.message),
+        lease_owner = NULL,
+        lease_until = NULL,
+        finished_at = CASE WHEN d.new_state IN ('completed', 'failed', 'cancelled') THEN now() END,
+        updated_at = now(),
+        event_seq = t.event_seq + 1
+    FROM decided AS d
+    WHERE t.id = d.id
+    RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
+    SELECT id, event_seq,
+           CASE WHEN state <> 'queued' THEN state
+                WHEN outcome = 'retry' THEN 'retrying'
+                WHEN outcome = 'step' THEN 'checkpoint'
+                ELSE 'released' END,
+           lease_token, attempt,
+           CASE WHEN error IS NULL AND outcome = 'completed' THEN NULL
+                ELSE jsonb_strip_nulls(jsonb_build_object(
+                         'outcome', outcome, 'error', error,
+                         'delay', CASE WHEN state = 'queued' THEN delay END)) END
+    FROM settled
+)
+SELECT id, state FROM settled;
+
+-- name: task_reclaim_expired
+-- The reaper. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
+-- lease is not the handler's failure) or to 'failed' once the reclaim budget or the deadline is
+-- spent; an expired 'cancelling' claim becomes 'cancelled'. SKIP LOCKED: reapers never collide.
+WITH expired AS MATERIALIZED (
+    SELECT id
+    FROM skiplock.tasks
+    WHERE state IN ('running', 'cancelling') AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE skiplock.tasks AS t
+    SET state = CASE
+                    WHEN t.state = 'cancelling' THEN 'cancelled'
+                    WHEN t.reclaims >= %(max_reclaims)s OR t.deadline < now() THEN 'failed'
+                    ELSE 'queued'
+                END,
+        reclaims = t.reclaims + (t.state = 'running')::integer,
+        attempts = CASE WHEN t.state = 'running' AND t.reclaims < %(max_reclaims)s
+                             AND (t.deadline IS NULL OR t.deadline >= now())
+                        THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+        last_error = CASE
+                         WHEN t.state = 'cancelling' THEN t.last_error
+                         ELSE format('lease of %%s expired (reclaim %%s)', t.lease_owner, t.reclaims + 1)
+                     END,
+        run_after = now(),
+        lease_owner = NULL,
+        lease_until = NULL,
+        finished_at = CASE WHEN t.state = 'cancelling' OR t.reclaims >= %(max_reclaims)s
+                                OR t.deadline < now() THEN now() END,
+        updated_at = now(),
+        event_seq = t.event_seq + 1
+    FROM expired
+    WHERE t.id = expired.id
+    RETURNING t.id, t.queue, t.state, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
+    SELECT id, event_seq, CASE state WHEN 'queued' THEN 'reclaimed' ELSE state END,
+           lease_token, attempts,
+           jsonb_build_object('reason', 'lease expired', 'reclaims', reclaims, 'error', last_error)
+    FROM reclaimed
+), wake AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM reclaimed WHERE state = 'queued') AS q
+)
+SELECT id, queue, state, (SELECT count(*) FROM wake) AS woken FROM reclaimed;
+
+-- name: task_cancel
+-- A queued task is cancelled at once; a running one is asked to stop ('cancelling'): its worker
+-- learns it at the next heartbeat, and the reaper finishes the job if that worker is gone.
+WITH cancelled AS (
+    UPDATE skiplock.tasks AS t
+    SET state = CASE WHEN t.state = 'queued' THEN 'cancelled' ELSE 'cancelling' END,
+        finished_at = CASE WHEN t.state = 'queued' THEN now() END,
+        updated_at = now(),
+        event_seq = t.event_seq + 1
+    WHERE t.id = %(id)s AND t.state IN ('queued', 'running')
+    RETURNING t.id, t.state, t.event_seq, t.lease_token, t.attempts
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
+    SELECT id, event_seq, state, lease_token, attempts, %(data)s::jsonb FROM cancelled
+)
+SELECT id, state FROM cancelled;
+
+-- name: task_resume
+-- Puts a failed or cancelled task back in the queue with a fresh attempt and reclaim budget.
+WITH resumed AS (
+    UPDATE skiplock.tasks AS t
+    SET state = 'queued', attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
+        updated_at = now(), event_seq = t.event_seq + 1
+    WHERE t.id = %(id)s AND t.state IN ('failed', 'cancelled')
+    RETURNING t.id, t.queue, t.state, t.event_seq
+), events AS (
+    INSERT INTO skiplock.task_events (task_id, seq, type, attempt, data)
+    SELECT id, event_seq, 'resumed', 0, %(data)s::jsonb FROM resumed
+), wake AS (
+    SELECT pg_notify(%(channel)s, queue) FROM resumed
+)
+SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
+
+-- name: task_get
+SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
+       lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
+       result, last_error, event_seq, created_at, updated_at, started_at, finished_at
+FROM skiplock.tasks
+WHERE id = %(id)s;
+
+-- name: task_events_list
+SELECT task_id, seq, type, at, lease_token, attempt, data
+FROM skiplock.task_events
+WHERE task_id = %(id)s
+ORDER BY seq;
+
+-- name: pause_set
+INSERT INTO skiplock.pauses (scope, name) VALUES (%(scope)s, %(name)s)
+ON CONFLICT (scope, name) DO NOTHING;
+
+-- name: pause_clear
+WITH cleared AS (
+    DELETE FROM skiplock.pauses WHERE scope = %(scope)s AND name = %(name)s RETURNING name
+)
+SELECT name, pg_notify(%(channel)s, '*') FROM cleared;

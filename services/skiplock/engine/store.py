@@ -1,0 +1,283 @@
+"""The one module that talks to Postgres at run time (migrations aside).
+
+It runs the named statements of engine/sql/, turns rows into the frozen dataclasses of
+engine/model.py and psycopg errors into skiplock errors. Every other module calls it.
+Creating a Store opens nothing; `open()` starts the pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from . import queries
+from .errors import (
+    DatabaseUnavailable,
+    InvalidInput,
+    PayloadTooLarge,
+    TaskNotCancellable,
+    TaskNotFound,
+    TaskNotResumable,
+)
+from .model import ClaimedTask, Settlement, Task, TaskEvent, uuid7
+from .settings import check_name
+
+log = logging.getLogger("skiplock.store")
+
+# libpq keepalives: a silently dead peer (half-open TCP) is noticed in about a minute.
+KEEPALIVES = dict(keepalives=1, keepalives_idle=20, keepalives_interval=5, keepalives_count=3,
+                  tcp_user_timeout=30_000)
+
+
+def connect(url: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    """A connection of our own (listener, migrations, one-off enqueue)."""
+    try:
+        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
+
+
+# ---- enqueue ---------------------------------------------------------------------------------
+
+class TaskSpec:
+    """One task to enqueue, validated on construction."""
+
+    __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
+                 "idempotency_key", "payload_json")
+
+    def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+                 run_at: dt.datetime | None = None, delay: float | None = None,
+                 idempotency_key: str | None = None, max_attempts: int | None = None,
+                 max_payload_bytes: int = 1024 * 1024):
+        check_name("task kind", kind)
+        check_name("queue", queue)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
+            raise InvalidInput(f"priority {priority!r}: must be an integer in [-32768, 32767]")
+        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                         or max_attempts < 1):
+            raise InvalidInput(f"max_attempts {max_attempts!r}: must be a positive integer")
+        if run_at is not None and delay is not None:
+            raise InvalidInput("give either run_at or delay, not both")
+        if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.tzinfo is None):
+            raise InvalidInput(f"run_at {run_at!r}: must be a timezone-aware datetime")
+        if delay is not None:
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
+                raise InvalidInput(f"delay {delay!r}: must be a number of seconds >= 0")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str)
+                                            or not 1 <= len(idempotency_key) <= 255):
+            raise InvalidInput("idempotency_key: must be a string of 1-255 characters")
+        try:
+            encoded = json.dumps({} if payload is None else payload, separators=(",", ":"),
+                                 allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
+        if len(encoded.encode("utf-8")) > max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload is {len(encoded.encode('utf-8'))} bytes; the limit is {max_payload_bytes}"
+                " (SKIPLOCK_MAX_PAYLOAD_BYTES)"
+            )
+        self.kind, self.queue, self.priority = kind, queue, priority
+        self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
+        self.idempotency_key, self.payload_json = idempotency_key, encoded
+        self.payload = payload
+
+
+class _RawJson(Jsonb):
+    """Already-encoded JSON text, passed through without a second dumps()."""
+
+    def __init__(self, text: str):
+        super().__init__(text, dumps=lambda text: text)
+
+
+def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock",
+                 channel: str | None = None) -> list[uuid.UUID]:
+    """Insert tasks on `conn`, inside whatever transaction it is in. Returns one id per spec, in
+    order; a spec whose idempotency key is taken gets the existing task's id."""
+    if not specs:
+        return []
+    sql = queries.load(schema)
+    ids = [uuid7() for _ in specs]
+    params = dict(
+        ids=ids,
+        kinds=[s.kind for s in specs],
+        queues=[s.queue for s in specs],
+        priorities=[s.priority for s in specs],
+        payloads=[_RawJson(s.payload_json) for s in specs],
+        max_attempts=[s.max_attempts for s in specs],
+        delays=[s.delay for s in specs],
+        run_ats=[s.run_at for s in specs],
+        idempotency_keys=[s.idempotency_key for s in specs],
+        channel=channel or f"skiplock_{schema}",
+    )
+    try:
+        inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
+        keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
+        if keyed:
+            # the key's owner committed before our INSERT (ON CONFLICT waited for it), so this
+            # new statement's snapshot sees it
+            keys = list({specs[i].idempotency_key for i in keyed})
+            existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
+            for i in keyed:
+                owner = existing.get(specs[i].idempotency_key)
+                if owner is None:
+                    # a duplicate key inside this very batch: the first occurrence won
+                    owner = next(ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
+                                 and ids[j] in inserted)
+                ids[i] = owner
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip()) from exc
+    return ids
+
+
+# ---- the store -------------------------------------------------------------------------------
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+class Store:
+    """Pooled access for the roles. Thread-safe: each call borrows a connection."""
+
+    def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
+                 name: str = "skiplock"):
+        self.url = url
+        self.schema = schema
+        self.channel = f"skiplock_{schema}"
+        self.sql = queries.load(schema)
+        self._pool = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15,
+            kwargs=dict(autocommit=True, connect_timeout=10, **KEEPALIVES),
+            reconnect_timeout=0,
+        )
+
+    def open(self, wait: bool = False) -> "Store":
+        self._pool.open(wait=wait, timeout=15)
+        return self
+
+    def close(self) -> None:
+        self._pool.close(timeout=5)
+
+    @contextmanager
+    def connection(self):
+        """Borrow a pooled connection; connection trouble surfaces as DatabaseUnavailable."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+
+    def _fetch(self, name: str, params: dict) -> list[tuple]:
+        with self.connection() as conn:
+            return conn.execute(self.sql[name], params).fetchall()
+
+    # -- health
+    def ping(self) -> None:
+        with self.connection() as conn:
+            conn.execute("SELECT 1")
+
+    # -- enqueue
+    def enqueue(self, specs: Sequence[TaskSpec]) -> list[uuid.UUID]:
+        with self.connection() as conn:
+            with conn.transaction():
+                return insert_tasks(conn, specs, self.schema, self.channel)
+
+    # -- worker
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
+        rows = self._fetch("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
+                                              lease_seconds=lease_seconds))
+        return [ClaimedTask(*row) for row in rows]
+
+    def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
+        """Renew claims; returns {task id: state} for the claims still held."""
+        leases = list(leases)
+        if not leases:
+            return {}
+        rows = self._fetch("task_heartbeat", dict(ids=[i for i, _ in leases], tokens=[t for _, t in leases],
+                                                  lease_seconds=lease_seconds))
+        return dict(rows)
+
+    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
+               ) -> dict[uuid.UUID, str]:
+        """Apply fenced outcomes; returns {task id: new state} for those applied. A settlement
+        missing from the result was refused by its fence."""
+        if not settlements:
+            return {}
+        params = dict(
+            ids=[s.task_id for s in settlements],
+            tokens=[s.lease_token for s in settlements],
+            outcomes=[s.outcome for s in settlements],
+            results=[_jsonb(s.result) for s in settlements],
+            errors=[s.error for s in settlements],
+            delays=[s.delay for s in settlements],
+            cursors=[_jsonb(s.cursor) for s in settlements],
+            progress=[s.progress for s in settlements],
+            messages=[s.message for s in settlements],
+            deadline_seconds=[s.deadline_seconds for s in settlements],
+            kind_max_attempts=[s.kind_max_attempts for s in settlements],
+        )
+        if conn is not None:
+            return dict(conn.execute(self.sql["task_settle"], params).fetchall())
+        return dict(self._fetch("task_settle", params))
+
+    def reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[tuple[uuid.UUID, str, str]]:
+        """The reaper's unit of work: [(task id, queue, new state)]."""
+        rows = self._fetch("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
+                                                        channel=self.channel))
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # -- operator actions
+    def get(self, task_id: uuid.UUID | str) -> Task:
+        task_id = _parse_id(task_id)
+        rows = self._fetch("task_get", {"id": task_id})
+        if not rows:
+            raise TaskNotFound(f"task {task_id} not found")
+        return Task(*rows[0])
+
+    def events(self, task_id: uuid.UUID | str) -> list[TaskEvent]:
+        return [TaskEvent(*row) for row in self._fetch("task_events_list", {"id": _parse_id(task_id)})]
+
+    def cancel(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
+        task_id = _parse_id(task_id)
+        rows = self._fetch("task_cancel", {"id": task_id, "data": _jsonb(data)})
+        if rows:
+            return rows[0][1]
+        state = self.get(task_id).state  # raises TaskNotFound
+        if state in ("cancelling", "cancelled"):
+            return state  # already asked: cancelling twice is not an error
+        # the task finished before the request arrived
+        raise TaskNotCancellable(f"task {task_id} is {state}; only queued or running tasks can be cancelled")
+
+    def resume(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
+        task_id = _parse_id(task_id)
+        rows = self._fetch("task_resume", {"id": task_id, "data": _jsonb(data), "channel": self.channel})
+        if rows:
+            return rows[0][1]
+        state = self.get(task_id).state
+        raise TaskNotResumable(f"task {task_id} is {state}; only failed or cancelled tasks can be resumed")
+
+    def pause(self, scope: str, name: str) -> None:
+        with self.connection() as conn:
+            conn.execute(self.sql["pause_set"], {"scope": scope, "name": name})
+
+    def unpause(self, scope: str, name: str) -> None:
+        self._fetch("pause_clear", {"scope": scope, "name": name, "channel": self.channel})
+
+
+def _parse_id(task_id: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(task_id, uuid.UUID):
+        return task_id
+    try:
+        return uuid.UUID(str(task_id))
+    except ValueError:
+        raise TaskNotFound(f"task {task_id!r} not found (not a task id)") from None

@@ -1,0 +1,85 @@
+"""`skiplock.enqueue` and `skiplock.enqueue_many`: put tasks in the queue from application code.
+
+Given a psycopg connection, the tasks are written inside the caller's current transaction (they
+exist, and wake workers, only if it commits). Given a URL, a short connection is opened and the
+tasks are committed before returning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+
+from .engine import migrate as migrations
+from .engine import store as store_mod
+from .engine.errors import InvalidInput
+from .engine.settings import SCHEMA_RE, Settings
+from .engine.store import TaskSpec
+
+_DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+
+def _schema(schema: str | None) -> str:
+    schema = schema or os.environ.get("SKIPLOCK_DB_SCHEMA") or "skiplock"
+    if not SCHEMA_RE.match(schema):
+        raise InvalidInput(f"invalid schema name {schema!r}")
+    return schema
+
+
+def _max_payload() -> int:
+    raw = os.environ.get("SKIPLOCK_MAX_PAYLOAD_BYTES")
+    return int(raw) if raw and raw.isdigit() else _DEFAULT_MAX_PAYLOAD
+
+
+def _insert(conn_or_url, specs: list[TaskSpec], schema: str | None) -> list[uuid.UUID]:
+    schema = _schema(schema)
+    if isinstance(conn_or_url, psycopg.Connection):
+        return store_mod.insert_tasks(conn_or_url, specs, schema)
+    if not isinstance(conn_or_url, str):
+        raise InvalidInput("enqueue needs a psycopg Connection or a postgresql:// URL")
+    with store_mod.connect(conn_or_url, autocommit=False) as conn:
+        ids = store_mod.insert_tasks(conn, specs, schema)
+        conn.commit()
+    return ids
+
+
+def enqueue(conn_or_url: psycopg.Connection | str, kind: str, payload: Any = None, *,
+            queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+            delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
+            schema: str | None = None) -> uuid.UUID:
+    """Enqueue one task and return its id (the existing task's id when `idempotency_key` is taken).
+
+    priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
+    max_attempts: None uses the kind's (from @task, 3 if not declared).
+    """
+    spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                    idempotency_key=idempotency_key, max_attempts=max_attempts,
+                    max_payload_bytes=_max_payload())
+    return _insert(conn_or_url, [spec], schema)[0]
+
+
+def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Iterable[Any], *,
+                 queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                 delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
+                 max_attempts: int | None = None, schema: str | None = None) -> list[uuid.UUID]:
+    """Enqueue many tasks of one kind in one set-based statement; returns their ids in order.
+    Workers get one notification per queue, not one per task."""
+    payloads = list(payloads)
+    keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
+    if len(keys) != len(payloads):
+        raise InvalidInput("idempotency_keys must have one entry per payload")
+    limit = _max_payload()
+    specs = [TaskSpec(kind, p, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                      idempotency_key=k, max_attempts=max_attempts, max_payload_bytes=limit)
+             for p, k in zip(payloads, keys)]
+    return _insert(conn_or_url, specs, schema)
+
+
+def migrate(url: str, schema: str | None = None) -> list[str]:
+    """Apply pending migrations; returns the names applied."""
+    return [m.path.name for m in migrations.apply(url, _schema(schema))]

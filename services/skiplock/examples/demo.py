@@ -1,0 +1,34 @@
+"""Example handlers used by `skiplock dev` and the README: one plain task, one multi-step task
+that checkpoints a cursor, one that fails now and then and is retried."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from skiplock import Retry, Step, task
+
+
+@task("demo.hello")
+def hello(ctx, payload):
+    time.sleep(0.05)
+    return {"greeting": f"hello {payload.get('name', 'world')}", "attempt": ctx.attempt}
+
+
+@task("demo.report", timeout=60)
+def report(ctx, payload):
+    """Processes `pages` pages, one per run, saving the cursor after each."""
+    page = ctx.cursor or 0
+    pages = int(payload.get("pages", 5))
+    time.sleep(0.2)  # the work for one page
+    page += 1
+    if page < pages:
+        return Step(cursor=page, progress=page / pages, message=f"page {page}/{pages}")
+    return {"pages": pages}
+
+
+@task("demo.flaky", max_attempts=5, retry_base=0.5, retry_cap=5)
+def flaky(ctx, payload):
+    if random.random() < 0.5:
+        raise Retry(message="the downstream said 503")  # backoff with full jitter
+    return {"ok": True, "attempt": ctx.attempt}

@@ -1,0 +1,82 @@
+"""What a handler sees: `ctx`, its read-only facts about the run, and `ctx.transaction()`.
+
+A handler's transaction stays open until the handler returns; the worker then writes the task's
+outcome (fenced by the lease token) on the same connection and commits both together. If the fence
+refuses, everything the handler wrote rolls back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import Any
+
+from ..engine.errors import InvalidInput
+from ..engine.model import ClaimedTask
+
+
+class Context:
+    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "log")
+
+    def __init__(self, task: ClaimedTask, store, log: logging.Logger):
+        self._task = task
+        self._cancel = threading.Event()
+        self._open_tx = None  # (connection context manager, connection) while a transaction is held
+        self._store = store
+        self.log = log
+
+    @property
+    def task_id(self) -> uuid.UUID:
+        return self._task.id
+
+    @property
+    def kind(self) -> str:
+        return self._task.kind
+
+    @property
+    def queue(self) -> str:
+        return self._task.queue
+
+    @property
+    def attempt(self) -> int:
+        return self._task.attempt
+
+    @property
+    def cursor(self) -> Any:
+        return self._task.cursor
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the task was cancelled, its timeout passed, its lease was lost, or the
+        worker is shutting down without time left. A long handler should check it and return."""
+        return self._cancel.is_set()
+
+    def request_cancel(self) -> None:
+        self._cancel.set()
+
+    @contextmanager
+    def transaction(self):
+        """A psycopg connection in a transaction that commits together with the task's outcome.
+
+        Writes made here are committed only if the task's completion (or checkpoint) is accepted
+        by its lease fence; a raised exception, a retry or a lost lease rolls them back.
+        """
+        if self._open_tx is not None:
+            raise InvalidInput("ctx.transaction() is already open for this task")
+        pool_cm = self._store.connection()
+        conn = pool_cm.__enter__()
+        try:
+            conn.autocommit = False
+        except Exception:
+            pool_cm.__exit__(None, None, None)
+            raise
+        self._open_tx = (pool_cm, conn)
+        yield conn
+        # the commit waits for the handler's return value: see Worker._settle_in_transaction
+
+    def take_transaction(self):
+        """(pool context, connection) of the handler's open transaction, or None."""
+        held, self._open_tx = self._open_tx, None
+        return held

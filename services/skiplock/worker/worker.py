@@ -1,0 +1,548 @@
+"""The worker: claims tasks, runs their handlers, keeps their leases alive, writes their outcomes.
+
+Threads, each with one job:
+  claimer (the caller of run()) - claims up to the free slots in one statement, on a notification
+                                  or every poll interval;
+  N handler threads             - run sync handlers; async handlers run on one event-loop thread;
+  settler                       - writes finished outcomes, many per round trip, fenced by lease;
+  keeper                        - heartbeats every claim in one statement, enforces timeouts, and
+                                  runs the reaper fallback;
+  listener                      - LISTEN connection (worker/listener.py).
+No database transaction stays open while a handler runs, except one the handler asked for.
+
+Shutdown (stop.requested): claim nothing more; let running handlers finish until the grace is
+spent (or stop.urgent); then give the rest back ('released', no attempt consumed); flush; return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+
+import psycopg
+
+from ..engine.errors import DatabaseUnavailable, SkiplockError
+from ..engine.handlers import REGISTRY, Registry
+from ..engine.lifecycle import Stop
+from ..engine.metrics import Metrics
+from ..engine.model import ClaimedTask, Fail, Retry, Settlement, Step, TaskDef
+from ..engine.retry import retry_delay
+from ..engine.settings import Settings
+from ..engine.store import Store
+from .context import Context
+from .listener import Listener
+
+log = logging.getLogger("skiplock.worker")
+
+_DB_ERRORS = (DatabaseUnavailable, psycopg.Error)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...]
+    concurrency: int
+    lease_seconds: float
+    heartbeat_seconds: float
+    shutdown_grace_seconds: float
+    poll_seconds: float
+    reaper_seconds: float
+    max_reclaims: int
+    claim_batch: int
+    stuck_grace_seconds: float
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> "WorkerConfig":
+        return cls(queues=s.queues, concurrency=s.concurrency, lease_seconds=s.lease_seconds,
+                   heartbeat_seconds=s.heartbeat_seconds, shutdown_grace_seconds=s.shutdown_grace_seconds,
+                   poll_seconds=s.poll_seconds, reaper_seconds=s.reaper_seconds,
+                   max_reclaims=s.max_reclaims, claim_batch=s.claim_batch or s.concurrency,
+                   stuck_grace_seconds=s.stuck_grace_seconds)
+
+
+class _Run:
+    """One claimed task in this process, from claim to written outcome."""
+
+    __slots__ = ("task", "ctx", "definition", "started", "handler_done", "given_up", "timed_out",
+                 "settlement")
+
+    def __init__(self, task: ClaimedTask, ctx: Context, definition: TaskDef | None):
+        self.task, self.ctx, self.definition = task, ctx, definition
+        self.started = time.monotonic()
+        self.handler_done = False   # the handler returned or raised
+        self.given_up = False       # released, abandoned or lost: the handler's outcome is dropped
+        self.timed_out = False
+        self.settlement: Settlement | None = None
+
+
+class Worker:
+    def __init__(self, settings: Settings, store: Store, *, registry: Registry | None = None,
+                 metrics: Metrics | None = None, stop: Stop | None = None, name: str | None = None):
+        self.settings = settings
+        self.config = WorkerConfig.from_settings(settings)
+        self.store = store
+        self.registry = registry or REGISTRY
+        self.metrics = metrics or Metrics()
+        self.stop = stop or Stop()
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.log = log
+        self.exit_code = 0
+
+        self._lock = threading.Lock()
+        self._runs: dict[uuid.UUID, _Run] = {}     # claimed, outcome not yet written
+        self._busy = 0                              # handlers running (not abandoned)
+        self._stuck = 0                             # abandoned sync handlers still holding a thread
+        self._jobs: queue.Queue[_Run | None] = queue.Queue()
+        self._outcomes: queue.Queue[_Run] = queue.Queue()
+        self._wake = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._more_waiting = False
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._async_futures: dict[uuid.UUID, asyncio.Future] = {}
+        self._settler_stop = threading.Event()
+        self._keeper_stop = threading.Event()
+        self._db_ok = False
+        self.listener: Listener | None = None
+        self.counts = {"claimed": 0, "settled": 0, "rejected": 0, "reclaimed": 0}
+
+    # ---- readiness -------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return self._db_ok and not self.stop.is_set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "Worker":
+        self._spawn_handler_threads(self.config.concurrency)
+        if any(self.registry.get(k).is_async for k in self.registry.kinds()):
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="handlers-async",
+                                                 daemon=True)
+            self._loop_thread.start()
+        for target, name in ((self._settler, "settler"), (self._keeper, "keeper")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.listener = Listener(self.store.url, self.store.channel, self._on_notify, self.stop.requested,
+                                 healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
+        return self
+
+    def run(self) -> int:
+        """Claim and run until stopped; then drain, release and return the exit code."""
+        self.start()
+        log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
+                                           "concurrency": self.config.concurrency,
+                                           "kinds": self.registry.kinds()})
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                claimed = self.run_once()
+                self._db_ok = True
+                failures = 0
+            except _DB_ERRORS as exc:
+                self._db_ok = False
+                failures += 1
+                delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
+                log.warning("claim failed; retrying", extra={"error": _short(exc), "retry_in": round(delay, 2)})
+                self.stop.wait(delay)
+                continue
+            if claimed and self._more_waiting:
+                continue  # a full batch: more is probably waiting
+            self._wake.wait(self.config.poll_seconds)
+            self._wake.clear()
+        self.shutdown()
+        return self.exit_code
+
+    def run_once(self) -> int:
+        """Claim up to the free slots and hand the tasks to handlers; returns how many."""
+        free = self.config.concurrency - self._busy
+        if free <= 0:
+            self._more_waiting = True
+            return 0
+        limit = min(free, self.config.claim_batch)
+        tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
+        self._more_waiting = len(tasks) == limit
+        for task in tasks:
+            self._dispatch(task)
+        self.counts["claimed"] += len(tasks)
+        return len(tasks)
+
+    def shutdown(self) -> None:
+        grace_end = time.monotonic() + self.config.shutdown_grace_seconds
+        log.info("draining", extra={"running": self._busy, "grace_seconds": self.config.shutdown_grace_seconds})
+        with self._idle:
+            while self._busy > 0 and not self.stop.urgent.is_set():
+                remaining = grace_end - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._idle.wait(min(remaining, 0.05))
+        released = self._release_all("worker shutting down")
+        for _ in range(self.config.concurrency + self._stuck):
+            self._jobs.put(None)
+        # write every outcome we hold; keep the leases alive meanwhile (a Postgres outage at
+        # exit must not turn finished work into reclaims)
+        flush_end = time.monotonic() + max(1.0, self.config.lease_seconds - self.config.shutdown_grace_seconds - 1)
+        while self._pending_outcomes() and time.monotonic() < flush_end and not self.stop.urgent.is_set():
+            time.sleep(0.02)
+        self._settler_stop.set()
+        self._keeper_stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self.metrics.worker_inflight.set(0)
+        log.info("worker stopped", extra={"released": released, **self.counts})
+
+    def _pending_outcomes(self) -> bool:
+        with self._lock:
+            return bool(self._runs)
+
+    # ---- dispatch and handlers -------------------------------------------------------------
+    def _spawn_handler_threads(self, n: int) -> None:
+        for _ in range(n):
+            thread = threading.Thread(target=self._handler_loop, name="handler", daemon=True)
+            thread.start()
+
+    def _dispatch(self, task: ClaimedTask) -> None:
+        definition = self.registry.get(task.kind)
+        run = _Run(task, Context(task, self.store, log), definition)
+        self.metrics.tasks_claimed.labels(task.queue).inc()
+        self.metrics.task_wait.labels(task.queue).observe(max(task.waited_seconds, 0.0))
+        with self._lock:
+            self._runs[task.id] = run
+            self._busy += 1
+            self.metrics.worker_inflight.set(len(self._runs))
+        if definition is not None and definition.is_async and self._loop is not None:
+            future = asyncio.run_coroutine_threadsafe(self._run_async(run), self._loop)
+            self._async_futures[task.id] = future
+        else:
+            self._jobs.put(run)
+
+    def _handler_loop(self) -> None:
+        while True:
+            run = self._jobs.get()
+            if run is None:
+                return
+            outcome = self._call(run)
+            self._handler_finished(run, outcome)
+            if run.timed_out and run.given_up:
+                return  # abandoned: a fresh thread took this one's place
+
+    def _call(self, run: _Run) -> Settlement:
+        task, definition = run.task, run.definition
+        if definition is None:
+            return self._settlement(run, "failed", error=f"no handler for task kind {task.kind!r} in this "
+                                    f"worker (SKIPLOCK_TASKS={','.join(self.settings.tasks) or 'unset'})")
+        try:
+            value = definition.fn(run.ctx, task.payload)
+        except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+            return self._failure(run, exc)
+        return self._success(run, value)
+
+    async def _run_async(self, run: _Run) -> None:
+        task, definition = run.task, run.definition
+        try:
+            if definition.timeout:
+                value = await asyncio.wait_for(definition.fn(run.ctx, task.payload),
+                                               definition.timeout + self.config.stuck_grace_seconds)
+            else:
+                value = await definition.fn(run.ctx, task.payload)
+            outcome = self._success(run, value)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            outcome = self._failure(run, TimeoutError(f"timed out after {definition.timeout:g}s"))
+        except BaseException as exc:  # noqa: BLE001
+            outcome = self._failure(run, exc)
+        self._async_futures.pop(task.id, None)
+        self._handler_finished(run, outcome)
+
+    def _success(self, run: _Run, value) -> Settlement:
+        if isinstance(value, Step):
+            return self._settlement(run, "step", cursor=value.cursor, progress=value.progress,
+                                    message=value.message, delay=max(float(value.delay or 0), 0.0))
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return self._settlement(run, "failed", error=f"handler result is not JSON-serializable: {exc}")
+        return self._settlement(run, "completed", result=value)
+
+    def _failure(self, run: _Run, exc: BaseException) -> Settlement:
+        if isinstance(exc, Fail):
+            return self._settlement(run, "failed", error=str(exc) or "failed")
+        policy = run.definition.retry
+        if isinstance(exc, Retry) and exc.delay is not None:
+            delay = max(float(exc.delay), 0.0)
+        else:
+            delay = retry_delay(policy, run.task.attempt)
+        error = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, (Retry, TimeoutError)):
+            log.warning("handler raised", extra={"task_id": str(run.task.id), "kind": run.task.kind,
+                                                 "attempt": run.task.attempt, "error": error[:500],
+                                                 "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+        return self._settlement(run, "retry", error=error[:4000], delay=delay)
+
+    def _settlement(self, run: _Run, outcome: str, **fields) -> Settlement:
+        definition = run.definition
+        return Settlement(task_id=run.task.id, lease_token=run.task.lease_token, outcome=outcome,
+                          deadline_seconds=definition.retry.deadline if definition else None,
+                          kind_max_attempts=definition.max_attempts if definition else None, **fields)
+
+    def _handler_finished(self, run: _Run, settlement: Settlement) -> None:
+        elapsed = time.monotonic() - run.started
+        held = run.ctx.take_transaction()
+        with self._lock:
+            if run.given_up:
+                if run.timed_out:
+                    self._stuck -= 1
+                dropped = True
+            else:
+                run.handler_done = True
+                self._busy -= 1
+                dropped = False
+            self._idle.notify_all()
+        if dropped:
+            if held is not None:
+                _rollback(held)
+            log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": settlement.outcome})
+            return
+        self.metrics.task_duration.labels(run.task.queue, run.task.kind).observe(elapsed)
+        if held is not None:
+            self._settle_in_transaction(run, settlement, held)
+        else:
+            run.settlement = settlement
+            self._outcomes.put(run)
+        if self._more_waiting:
+            self._wake.set()
+
+    def _settle_in_transaction(self, run: _Run, settlement: Settlement, held) -> None:
+        """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
+        pool_cm, conn = held
+        if settlement.outcome not in ("completed", "step"):
+            _rollback(held)  # a failure undoes the handler's writes, then is recorded as usual
+            run.settlement = settlement
+            self._outcomes.put(run)
+            return
+        try:
+            applied = self.store.settle([settlement], conn=conn)
+            if applied:
+                conn.commit()
+            else:
+                conn.rollback()
+        except psycopg.Error as exc:
+            _rollback(held, close=True)
+            log.warning("transactional outcome failed; handler writes rolled back",
+                        extra={"task_id": str(run.task.id), "error": _short(exc)})
+            run.settlement = self._settlement(run, "retry", error=f"transaction failed: {_short(exc)}",
+                                              delay=retry_delay(run.definition.retry, run.task.attempt))
+            self._outcomes.put(run)
+            return
+        pool_cm.__exit__(None, None, None)
+        self._record([run], applied)
+
+    # ---- settler: many outcomes per round trip ---------------------------------------------
+    def _settler(self) -> None:
+        failures = 0
+        batch: list[_Run] = []
+        while True:
+            if not batch:
+                try:
+                    batch.append(self._outcomes.get(timeout=0.1))
+                except queue.Empty:
+                    if self._settler_stop.is_set():
+                        return
+                    continue
+            while len(batch) < 500:
+                try:
+                    batch.append(self._outcomes.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                applied = self.store.settle([r.settlement for r in batch])
+            except _DB_ERRORS as exc:
+                # keep the outcomes; they stay fenced, so writing them late is safe
+                failures += 1
+                self._db_ok = False
+                delay = random.uniform(0, min(5.0, 0.1 * 2**failures))
+                log.warning("writing outcomes failed; will retry",
+                            extra={"error": _short(exc), "pending": len(batch), "retry_in": round(delay, 2)})
+                if self._settler_stop.wait(delay) and self.stop.urgent.is_set():
+                    return
+                continue
+            failures = 0
+            self._record(batch, applied)
+            batch = []
+
+    def _record(self, runs: Sequence[_Run], applied: dict[uuid.UUID, str]) -> None:
+        with self._lock:
+            for run in runs:
+                self._runs.pop(run.task.id, None)
+            self.metrics.worker_inflight.set(len(self._runs))
+        for run in runs:
+            s = run.settlement if run.settlement is not None else None
+            state = applied.get(run.task.id)
+            operation = s.outcome if s else "complete"
+            if state is None:
+                self._reject(operation, run)
+                continue
+            self.counts["settled"] += 1
+            self.metrics.tasks_finished.labels(run.task.queue, run.task.kind, _outcome_label(operation, state)).inc()
+
+    def _reject(self, operation: str, run: _Run) -> None:
+        self.counts["rejected"] += 1
+        self.metrics.stale_writes_rejected.labels(operation).inc()
+        log.warning("stale write rejected: the claim was lost",
+                    extra={"task_id": str(run.task.id), "operation": operation,
+                           "lease_token": run.task.lease_token})
+
+    # ---- keeper: heartbeats, timeouts, reaper ---------------------------------------------
+    def _keeper(self) -> None:
+        next_beat = time.monotonic() + self.config.heartbeat_seconds
+        next_reap = time.monotonic() + random.uniform(0, self.config.reaper_seconds)
+        tick = min(0.25, self.config.heartbeat_seconds / 4)
+        while not self._keeper_stop.wait(tick):
+            now = time.monotonic()
+            self._enforce_timeouts(now)
+            if now >= next_beat:
+                next_beat = now + self.config.heartbeat_seconds
+                self.heartbeat_once()
+            if now >= next_reap and not self.stop.is_set():
+                next_reap = now + self.config.reaper_seconds
+                try:
+                    self.reap_once()
+                except _DB_ERRORS as exc:
+                    log.warning("reaper failed", extra={"error": _short(exc)})
+
+    def heartbeat_once(self) -> int:
+        with self._lock:
+            runs = [r for r in self._runs.values() if not r.given_up]
+        if not runs:
+            return 0
+        try:
+            held = self.store.heartbeat([(r.task.id, r.task.lease_token) for r in runs],
+                                        self.config.lease_seconds)
+        except _DB_ERRORS as exc:
+            self._db_ok = False
+            log.warning("heartbeat failed", extra={"error": _short(exc), "claims": len(runs)})
+            return 0
+        lost = []
+        for run in runs:
+            state = held.get(run.task.id)
+            if state == "cancelling":
+                run.ctx.request_cancel()
+            elif state is None and not run.handler_done:
+                lost.append(run)
+        # a run whose outcome was written between our snapshot and the heartbeat is not lost
+        with self._lock:
+            lost = [r for r in lost if self._runs.get(r.task.id) is r and not r.given_up]
+            for run in lost:
+                run.given_up = True
+                self._runs.pop(run.task.id, None)
+                self._busy -= 1
+            self._idle.notify_all()
+        for run in lost:
+            run.ctx.request_cancel()
+            self._reject("heartbeat", run)
+        return len(held)
+
+    def reap_once(self) -> int:
+        rows = self.store.reclaim_expired(self.config.max_reclaims)
+        for _id, queue_name, state in rows:
+            if state in ("queued", "failed"):
+                self.metrics.task_reclaims.labels(queue_name).inc()
+        self.counts["reclaimed"] += len(rows)
+        if rows:
+            log.info("reclaimed expired leases", extra={"count": len(rows)})
+            self._wake.set()
+        return len(rows)
+
+    def _enforce_timeouts(self, now: float) -> None:
+        abandon = []
+        with self._lock:
+            for run in self._runs.values():
+                d = run.definition
+                if d is None or d.timeout is None or run.handler_done or run.given_up:
+                    continue
+                elapsed = now - run.started
+                if elapsed >= d.timeout:
+                    run.ctx.request_cancel()
+                if elapsed >= d.timeout + self.config.stuck_grace_seconds and not d.is_async:
+                    run.given_up = run.timed_out = True
+                    self._busy -= 1
+                    self._stuck += 1
+                    abandon.append(run)
+            self._idle.notify_all()
+        for run in abandon:
+            log.error("handler ignored its timeout; abandoning its thread",
+                      extra={"task_id": str(run.task.id), "kind": run.task.kind,
+                             "timeout": run.definition.timeout, "stuck_threads": self._stuck})
+            run.settlement = self._settlement(run, "retry", error=f"TimeoutError: timed out after "
+                                              f"{run.definition.timeout:g}s",
+                                              delay=retry_delay(run.definition.retry, run.task.attempt))
+            self._outcomes.put(run)
+            self._spawn_handler_threads(1)
+        if abandon and self._stuck > max(1, self.config.concurrency // 2):
+            log.error("too many stuck handler threads; exiting for a clean restart",
+                      extra={"stuck_threads": self._stuck})
+            self.exit_code = 3
+            self.stop.set()
+            self.stop.set()  # urgent: no point draining threads that do not return
+
+    def _release_all(self, reason: str) -> int:
+        with self._lock:
+            runs = [r for r in self._runs.values() if not r.handler_done and not r.given_up]
+            for run in runs:
+                run.given_up = True
+                self._busy -= 1
+        for run in runs:
+            run.ctx.request_cancel()
+            future = self._async_futures.pop(run.task.id, None)
+            if future is not None:
+                future.cancel()
+            run.settlement = self._settlement(run, "released", error=None, message=None)
+            self._outcomes.put(run)
+        if runs:
+            log.info("released unfinished tasks", extra={"count": len(runs), "reason": reason})
+        return len(runs)
+
+    def _on_notify(self, payload: str | None) -> None:
+        # a notification names the queue that got work; "*" (a resumed pause) and None (the
+        # listener reconnected) mean "look everywhere"
+        if payload is None or payload == "*" or payload in self.config.queues:
+            self._wake.set()
+
+
+def _outcome_label(operation: str, state: str) -> str:
+    if state in ("completed", "failed", "cancelled"):
+        return state
+    return {"retry": "retried", "step": "checkpoint", "released": "released"}.get(operation, operation)
+
+
+def _rollback(held, close: bool = False) -> None:
+    pool_cm, conn = held
+    try:
+        conn.rollback()
+    except Exception:
+        close = True
+    if close:
+        try:
+            conn.close()
+        except Exception:
+            pass
+    try:
+        pool_cm.__exit__(None, None, None)
+    except Exception:
+        pass
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

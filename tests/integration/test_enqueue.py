@@ -1,0 +1,96 @@
+"""Enqueue: single, bulk, inside the caller's transaction, idempotent under concurrency."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+import skiplock
+from skiplock.engine.errors import InvalidInput, PayloadTooLarge
+
+
+def test_ten_concurrent_enqueues_with_one_key_make_one_task(db_url, db):
+    barrier = threading.Barrier(10)
+    results: list = []
+    errors: list = []
+
+    def enqueue():
+        try:
+            with psycopg.connect(db_url) as conn:
+                barrier.wait()
+                results.append(skiplock.enqueue(conn, "t.noop", {"order": 42}, idempotency_key="order-42"))
+                conn.commit()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=enqueue) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert len(results) == 10 and len(set(results)) == 1
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 1
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 1
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_task(db_url, db):
+    with psycopg.connect(db_url) as conn:
+        task_id = skiplock.enqueue(conn, "t.noop", {"n": 1})
+        conn.rollback()
+    assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()[0] == 0
+    with psycopg.connect(db_url) as conn:
+        task_id = skiplock.enqueue(conn, "t.noop", {"n": 2})
+        conn.commit()
+    assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()[0] == 1
+
+
+def test_bulk_enqueue_inserts_all_with_events_and_one_notification_per_queue(db_url, db):
+    db.execute("LISTEN skiplock_skiplock")
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(1000)])
+    skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(10)], queue="other")
+    assert len(ids) == 1000 and ids == sorted(ids)  # UUIDv7: creation order
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 1010
+    events = db.execute("SELECT type, seq, count(*) FROM skiplock.task_events GROUP BY 1, 2").fetchall()
+    assert events == [("queued", 1, 1010)]
+    notes = [n.payload for n in db.notifies(timeout=0.5)]
+    assert sorted(notes) == ["default", "other"]
+
+
+def test_bulk_enqueue_with_keys_returns_existing_ids(db_url, db):
+    first = skiplock.enqueue(db_url, "t.noop", {}, idempotency_key="k1")
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{}, {}, {}], idempotency_keys=["k1", "k2", "k2"])
+    assert ids[0] == first
+    assert ids[1] == ids[2] != first
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 2
+
+
+def test_delayed_task_does_not_notify(db_url, db):
+    db.execute("LISTEN skiplock_skiplock")
+    skiplock.enqueue(db_url, "t.noop", {}, delay=60)
+    assert list(db.notifies(timeout=0.3)) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, fragment",
+    [
+        (dict(kind="bad kind!"), InvalidInput, "invalid task kind name"),
+        (dict(queue=""), InvalidInput, "invalid queue name"),
+        (dict(payload={"x": object()}), InvalidInput, "not JSON-serializable"),
+        (dict(payload={"x": float("nan")}), InvalidInput, "not JSON-serializable"),
+        (dict(payload={"blob": "x" * (1024 * 1024 + 1)}), PayloadTooLarge, "limit is 1048576"),
+        (dict(priority="high"), InvalidInput, "priority"),
+        (dict(max_attempts=0), InvalidInput, "max_attempts"),
+        (dict(delay=-1), InvalidInput, "delay"),
+        (dict(delay=1, run_at=__import__("datetime").datetime.now(__import__("datetime").timezone.utc)),
+         InvalidInput, "either run_at or delay"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_error(db_url, db, kwargs, error, fragment):
+    args = dict(kind="t.noop", payload={})
+    args.update(kwargs)
+    with pytest.raises(error, match=fragment):
+        skiplock.enqueue(db_url, args.pop("kind"), args.pop("payload"), **args)
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0

@@ -1,0 +1,123 @@
+"""Task handlers for the test suite. Each execution is recorded in public.executions through its
+own connection (outside any task transaction), so tests count real executions, including those
+whose outcome a fence later refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import psycopg
+
+from skiplock import Fail, Retry, Step, task
+
+_local = threading.local()
+
+
+def _conn() -> psycopg.Connection:
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = _local.conn = psycopg.connect(os.environ["SKIPLOCK_DATABASE_URL"], autocommit=True)
+    return conn
+
+
+def record(ctx, note: str = "") -> None:
+    _conn().execute(
+        "INSERT INTO public.executions (task_id, pid, attempt, note) VALUES (%s, %s, %s, %s)",
+        (ctx.task_id, os.getpid(), ctx.attempt, note),
+    )
+
+
+@task("t.noop")
+def noop(ctx, payload):
+    return None
+
+
+@task("t.record")
+def record_and_sleep(ctx, payload):
+    """Records the execution, then sleeps payload['sleep'] seconds (cooperatively if asked)."""
+    record(ctx)
+    seconds = float(payload.get("sleep", 0))
+    if payload.get("cooperative"):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if ctx.cancel_requested:
+                return {"stopped_early": True}
+            time.sleep(0.01)
+    else:
+        time.sleep(seconds)
+    return {"slept": seconds}
+
+
+@task("t.fail_until", max_attempts=5, retry_base=0.05, retry_cap=0.2)
+def fail_until(ctx, payload):
+    """Raises until attempt payload['ok_at']."""
+    record(ctx)
+    if ctx.attempt < int(payload["ok_at"]):
+        raise RuntimeError(f"boom on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+@task("t.always_fails", max_attempts=3, retry_base=0.01, retry_cap=0.05)
+def always_fails(ctx, payload):
+    record(ctx)
+    raise ValueError("always")
+
+
+@task("t.fail_permanently")
+def fail_permanently(ctx, payload):
+    record(ctx)
+    raise Fail("bad input: no such customer")
+
+
+@task("t.retry_later")
+def retry_later(ctx, payload):
+    record(ctx)
+    if ctx.attempt == 1:
+        raise Retry(delay=float(payload.get("delay", 0.2)))
+    return "second time lucky"
+
+
+@task("t.steps")
+def steps(ctx, payload):
+    """Processes payload['n'] steps, one per run, checkpointing the cursor."""
+    record(ctx, note=str(ctx.cursor))
+    done = (ctx.cursor or 0) + 1
+    if done < int(payload["n"]):
+        return Step(cursor=done, progress=done / int(payload["n"]), message=f"step {done}")
+    return {"steps": done}
+
+
+@task("t.transactional")
+def transactional(ctx, payload):
+    """Writes a business row in ctx.transaction(), then sleeps (to lose the lease if asked)."""
+    record(ctx)
+    with ctx.transaction() as conn:
+        conn.execute("INSERT INTO public.ledger (task_id, amount) VALUES (%s, %s)",
+                     (ctx.task_id, payload.get("amount", 100)))
+        time.sleep(float(payload.get("sleep", 0)))
+    return {"charged": payload.get("amount", 100)}
+
+
+@task("t.timeout", timeout=0.3, max_attempts=1)
+def times_out(ctx, payload):
+    record(ctx)
+    end = time.monotonic() + float(payload.get("sleep", 5))
+    while time.monotonic() < end:
+        if payload.get("cooperative") and ctx.cancel_requested:
+            raise TimeoutError("stopped at the timeout")
+        time.sleep(0.01)
+    return "finished"
+
+
+@task("t.async")
+async def async_handler(ctx, payload):
+    await asyncio.sleep(float(payload.get("sleep", 0.01)))
+    return {"async": True, "attempt": ctx.attempt}
+
+
+@task("t.unserializable")
+def unserializable(ctx, payload):
+    return {"when": object()}
