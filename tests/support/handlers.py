@@ -121,3 +121,24 @@ async def async_handler(ctx, payload):
 @task("t.unserializable")
 def unserializable(ctx, payload):
     return {"when": object()}
+
+
+@task("t.cancellable")
+def cancellable(ctx, payload):
+    """Works until cancelled, then stops by raising: a cancelled task ends 'cancelled'."""
+    record(ctx)
+    end = time.monotonic() + float(payload.get("sleep", 30))
+    while time.monotonic() < end:
+        if ctx.cancel_requested:
+            raise Retry(message="stopping: cancel requested")
+        time.sleep(0.01)
+    return "not cancelled"
+
+
+@task("t.whoami")
+def whoami(ctx, payload):
+    """Like t.record, but the result names the process that ran it (to tell whose outcome won)."""
+    record(ctx)
+    seconds = float(payload.get("sleep", 0))
+    time.sleep(seconds)
+    return {"pid": os.getpid(), "attempt": ctx.attempt, "slept": seconds}

@@ -135,3 +135,60 @@ class ProcessGroup:
                     proc.popen.wait(10)
                 except OSError:
                     pass
+
+
+# ---- helpers for tests/acceptance and tests/reliability (appended) -------------------------------
+
+def scalar(conn, sql: str, params=None):
+    """The first column of the first row of `sql` on an autocommit connection."""
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """'a="x",b="y"' -> {'a': 'x', 'b': 'y'} (label values here never hold quotes or commas)."""
+    labels = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        labels[key.strip()] = value.strip().strip('"')
+    return labels
+
+
+def metric(samples_or_port, name: str, **labels) -> float | None:
+    """Sum of the samples of `name` whose labels include `labels`; None if there is none.
+
+    Takes the dict returned by scrape(), or a port to scrape."""
+    samples = scrape(samples_or_port) if isinstance(samples_or_port, int) else samples_or_port
+    total, found = 0.0, False
+    for key, value in samples.items():
+        sample_name, _, rest = key.partition("{")
+        if sample_name != name:
+            continue
+        have = parse_labels(rest.rstrip("}"))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += value
+            found = True
+    return total if found else None
+
+
+def metrics_text(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def wait_exit(proc: "Proc", timeout: float) -> tuple[int, float]:
+    """Wait for `proc` to exit; returns (exit code, seconds waited). Fails after `timeout`."""
+    start = time.monotonic()
+    try:
+        code = proc.popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"pid {proc.pid} still running after {timeout}s:\n{proc.log()[-3000:]}") from None
+    return code, time.monotonic() - start
+
+
+def db_clock(conn):
+    """The database server's clock_timestamp() (task_events.at and executions.at use that clock)."""
+    return scalar(conn, "SELECT clock_timestamp()")
+
+
+def state_counts(conn) -> dict[str, int]:
+    return dict(conn.execute("SELECT state, count(*) FROM skiplock.tasks GROUP BY state").fetchall())

@@ -18,11 +18,18 @@ class Stop:
     def __init__(self) -> None:
         self.requested = threading.Event()
         self.urgent = threading.Event()
+        self._callbacks: list = []
+
+    def on_set(self, callback) -> None:
+        """Call `callback()` on every set (e.g. to wake a loop sleeping on its own event)."""
+        self._callbacks.append(callback)
 
     def set(self) -> None:
         if self.requested.is_set():
             self.urgent.set()
         self.requested.set()
+        for callback in self._callbacks:
+            callback()
 
     def is_set(self) -> bool:
         return self.requested.is_set()

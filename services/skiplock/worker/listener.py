@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -75,14 +76,16 @@ class Listener:
         self._set_healthy(False)
 
     def _listen(self, conn: psycopg.Connection) -> None:
+        last_heard = time.monotonic()
         while not self.stop.is_set():
-            got = False
-            for note in conn.notifies(timeout=self.probe_seconds, stop_after=64):
-                got = True
+            # short waits so a stop is noticed promptly
+            for note in conn.notifies(timeout=0.5, stop_after=64):
+                last_heard = time.monotonic()
                 self.on_wake(note.payload)
-            if not got:
-                # nothing for a while: prove the connection still reaches the server
+            if time.monotonic() - last_heard >= self.probe_seconds:
+                # quiet for a while: prove the connection still reaches the server
                 conn.execute("SELECT 1")
+                last_heard = time.monotonic()
 
     def break_connection(self) -> None:
         """For tests and operators: drop the socket as a network fault would."""

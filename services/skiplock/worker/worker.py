@@ -116,6 +116,7 @@ class Worker:
         self._db_ok = False
         self.listener: Listener | None = None
         self.counts = {"claimed": 0, "settled": 0, "rejected": 0, "reclaimed": 0}
+        self.stop.on_set(self._wake.set)
 
     # ---- readiness -------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -346,6 +347,7 @@ class Worker:
             self._outcomes.put(run)
             return
         pool_cm.__exit__(None, None, None)
+        run.settlement = settlement
         self._record([run], applied)
 
     # ---- settler: many outcomes per round trip ---------------------------------------------
@@ -387,9 +389,8 @@ class Worker:
                 self._runs.pop(run.task.id, None)
             self.metrics.worker_inflight.set(len(self._runs))
         for run in runs:
-            s = run.settlement if run.settlement is not None else None
             state = applied.get(run.task.id)
-            operation = s.outcome if s else "complete"
+            operation = run.settlement.outcome
             if state is None:
                 self._reject(operation, run)
                 continue

@@ -98,7 +98,8 @@ RETURNING t.id, t.state;
 -- name: task_settle
 -- Ends (or checkpoints, or gives back) claims, many per round trip. outcome is one of
 -- completed | failed | retry | step | released. The new state is decided under the row lock:
---   completed/failed stand; otherwise a cancel request wins ('cancelled'); a retry past
+--   a completion stands (its work is done); otherwise a cancel request wins ('cancelled');
+--   a failure stands; a retry past
 --   max_attempts (the task's, else its kind's) or the total deadline fails; the rest go back to 'queued' after `delay`.
 WITH input AS (
     SELECT *
@@ -111,8 +112,9 @@ WITH input AS (
 ), decided AS MATERIALIZED (
     SELECT i.*, t.attempts AS attempt,
            CASE
-               WHEN i.outcome IN ('completed', 'failed') THEN i.outcome
+               WHEN i.outcome = 'completed' THEN 'completed'
                WHEN t.state = 'cancelling' THEN 'cancelled'
+               WHEN i.outcome = 'failed' THEN 'failed'
                WHEN i.outcome = 'retry' AND (
                         t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
                      OR now() + i.delay * interval '1 second' > t.deadline

@@ -1,0 +1,102 @@
+"""`skiplock dev`: every role in one process, for a laptop.
+
+With no SKIPLOCK_DATABASE_URL it starts an embedded Postgres (the `pgserver` package, data under
+.skiplock/ in the current directory), applies migrations, runs a worker on the example handlers
+(plus any SKIPLOCK_TASKS modules), enqueues a small demo workload and prints progress until Ctrl-C.
+Not for production: one process, one embedded server.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+
+from .engine import logs
+from .engine.errors import ConfigError
+from .engine.settings import Settings
+
+log = logging.getLogger("skiplock.dev")
+
+DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky")
+
+
+def embedded_postgres(data_dir: Path) -> str:
+    try:
+        import pgserver
+    except ImportError:
+        raise ConfigError("SKIPLOCK_DATABASE_URL: unset and the embedded Postgres is not installed; "
+                          "pip install 'skiplock[dev]' or point SKIPLOCK_DATABASE_URL at a server") from None
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    return server.get_uri()
+
+
+def enqueue_demo(url: str, schema: str) -> int:
+    from .enqueueing import enqueue, enqueue_many
+
+    ids = enqueue_many(url, "demo.hello", [{"name": f"user-{i}"} for i in range(20)], schema=schema)
+    ids += [enqueue(url, "demo.report", {"pages": 5}, schema=schema) for _ in range(3)]
+    ids += enqueue_many(url, "demo.flaky", [{}] * 10, schema=schema)
+    ids.append(enqueue(url, "demo.hello", {"name": "later"}, delay=10, schema=schema))
+    return len(ids)
+
+
+def progress(store, stop: threading.Event, every: float = 1.0) -> None:
+    last = None
+    while not stop.wait(every):
+        try:
+            with store.connection() as conn:
+                rows = conn.execute(f"SELECT state, count(*) FROM {store.schema}.tasks GROUP BY state").fetchall()
+        except Exception as exc:  # the progress line is cosmetic; the worker logs real trouble
+            line = f"(progress unavailable: {str(exc).strip()[:80]})"
+        else:
+            counts = dict(rows)
+            line = " · ".join(f"{state} {counts.get(state, 0)}" for state in
+                              ("queued", "running", "completed", "failed", "cancelled"))
+        if line != last:
+            print(f"[skiplock dev] {line}", flush=True)
+            last = line
+
+
+def main(settings: Settings, demo: bool = True) -> int:
+    from .engine import migrate
+    from .engine.handlers import import_task_modules
+    from .engine.lifecycle import Stop, install_signal_handlers
+    from .engine.metrics import Metrics, MetricsServer
+    from .engine.store import Store
+    from .worker.worker import Worker
+
+    logs.setup("text" if sys.stdout.isatty() else settings.log_format, settings.log_level)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    url = settings.database_url
+    if not url:
+        data_dir = Path(".skiplock") / "pgdata"
+        print(f"[skiplock dev] starting embedded Postgres in {data_dir}/ ...", flush=True)
+        url = embedded_postgres(data_dir.resolve())
+    settings = settings.replace(database_url=url, tasks=("skiplock.examples.demo", *settings.tasks))
+    for m in migrate.apply(url, settings.db_schema):
+        print(f"[skiplock dev] applied migration {m.path.name}", flush=True)
+    import_task_modules(settings.tasks)
+
+    stop = Stop()
+    install_signal_handlers(stop)
+    metrics = Metrics()
+    store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev").open()
+    worker = Worker(settings, store, metrics=metrics, stop=stop)
+    server = MetricsServer(metrics, settings.metrics_port, worker.ready, host="127.0.0.1").start()
+    print(f"[skiplock dev] database {url}", flush=True)
+    print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
+    if demo:
+        print(f"[skiplock dev] enqueued {enqueue_demo(url, settings.db_schema)} demo tasks "
+              f"({', '.join(DEMO_KINDS)}); Ctrl-C to stop", flush=True)
+    done = threading.Event()
+    reporter = threading.Thread(target=progress, args=(store, done), name="progress", daemon=True)
+    reporter.start()
+    try:
+        return worker.run()
+    finally:
+        done.set()
+        server.stop()
+        store.close()

@@ -1,0 +1,31 @@
+"""App-generated ids and the named-statement loader."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiplock.engine import queries
+from skiplock.engine.model import uuid7
+
+
+def test_uuid7_version_variant_and_order():
+    ids = [uuid7() for _ in range(10_000)]
+    assert all(u.version == 7 and u.variant == "specified in RFC 4122" for u in ids)
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_every_statement_loads_and_names_are_unique():
+    statements = queries.load()
+    for name in ("task_insert", "task_claim", "task_heartbeat", "task_settle", "task_reclaim_expired",
+                 "task_cancel", "task_resume"):
+        assert name in statements and statements[name].strip()
+
+
+def test_schema_substitution():
+    other = queries.load("tenant_a")
+    assert "skiplock." not in other["task_claim"] and "tenant_a.tasks" in other["task_claim"]
+
+
+def test_duplicate_names_are_refused():
+    with pytest.raises(ValueError, match="duplicate"):
+        queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
