@@ -161,8 +161,22 @@ class Worker:
                 continue  # a full batch: more is probably waiting
             self._wake.wait(self.config.poll_seconds)
             self._wake.clear()
+            if self._more_waiting:
+                self._gather_slots()
         self.shutdown()
         return self.exit_code
+
+    def _gather_slots(self, window: float = 0.005) -> None:
+        """Work is waiting and a slot just freed: wait a few milliseconds for more to free, so
+        one claim (one commit) fills many slots instead of one per finished task."""
+        wanted = max(1, min(self.config.claim_batch, self.config.concurrency) // 2)
+        deadline = time.monotonic() + window
+        with self._idle:
+            while self.config.concurrency - self._busy < wanted and not self.stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._idle.wait(remaining)
 
     def run_once(self) -> int:
         """Claim up to the free slots and hand the tasks to handlers; returns how many."""

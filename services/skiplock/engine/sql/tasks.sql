@@ -40,17 +40,25 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- name: task_claim
 -- One statement: pick up to `limit` claimable rows, skipping rows other claimers hold, and lease
 -- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
+-- One index-ordered scan per queue (queue = ANY(...) would read and sort every queued row); a
+-- multi-queue claim may lock up to `limit` rows per queue for the statement and lease the best.
 WITH picked AS MATERIALIZED (
-    SELECT id
-    FROM skiplock.tasks
-    WHERE state = 'queued'
-      AND queue = ANY(%(queues)s::text[])
-      AND run_after <= now()
-      AND queue NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
-      AND kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
-    ORDER BY priority DESC, run_after, id
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_after
+        FROM skiplock.tasks AS t
+        WHERE t.state = 'queued'
+          AND t.queue = q.name
+          AND t.run_after <= now()
+          AND t.kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
+        ORDER BY t.priority DESC, t.run_after, t.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.name NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
+    ORDER BY c.priority DESC, c.run_after, c.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE skiplock.tasks AS t
     SET state = 'running',
