@@ -8,7 +8,6 @@ refuses, everything the handler wrote rolls back.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +21,7 @@ class Context:
 
     def __init__(self, task: ClaimedTask, store, log: logging.Logger):
         self._task = task
-        self._cancel = threading.Event()
+        self._cancel = False  # set once by another thread, read by the handler: a plain flag will do
         self._open_tx = None  # (connection context manager, connection) while a transaction is held
         self._store = store
         self.log = log
@@ -51,10 +50,10 @@ class Context:
     def cancel_requested(self) -> bool:
         """True once the task was cancelled, its timeout passed, its lease was lost, or the
         worker is shutting down without time left. A long handler should check it and return."""
-        return self._cancel.is_set()
+        return self._cancel
 
     def request_cancel(self) -> None:
-        self._cancel.set()
+        self._cancel = True
 
     @contextmanager
     def transaction(self):
