@@ -6,6 +6,7 @@ Second: give up draining at once (release what is left) and exit.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -39,13 +40,32 @@ class Stop:
 
 
 def install_signal_handlers(stop: Stop) -> None:
+    """Route SIGTERM/SIGINT to `stop.set()`.
+
+    A Python signal handler runs on the main thread between two bytecodes of whatever it was
+    doing; taking any lock there (an Event's, the logging module's) can wait forever on a lock
+    the interrupted code holds. So the handler only writes the signal number to a pipe, and a
+    watcher thread does the locking work.
+    """
+    read_fd, write_fd = os.pipe()
+
+    def watch() -> None:
+        while True:
+            data = os.read(read_fd, 64)
+            if not data:
+                return
+            for signum in data:
+                name = signal.Signals(signum).name
+                if stop.requested.is_set():
+                    log.warning("second %s: releasing unfinished work now", name)
+                else:
+                    log.info("%s received: no new work; draining", name)
+                stop.set()
+
+    threading.Thread(target=watch, name="signals", daemon=True).start()
+
     def handler(signum, frame):
-        name = signal.Signals(signum).name
-        if stop.requested.is_set():
-            log.warning("second %s: releasing unfinished work now", name)
-        else:
-            log.info("%s received: no new work; draining", name)
-        stop.set()
+        os.write(write_fd, bytes([signum]))
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
