@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except (ConfigError, DatabaseUnavailable, SkiplockError) as exc:
-        print(f"skiplock {args.command}: {exc}", file=sys.stderr)
+        one_line = " ".join(str(exc).split())  # libpq messages span lines; ours are one
+        print(f"skiplock {args.command}: {one_line}", file=sys.stderr)
         return 1
 
 

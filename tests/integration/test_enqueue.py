@@ -81,6 +81,7 @@ def test_delayed_task_does_not_notify(db_url, db):
         (dict(payload={"x": object()}), InvalidInput, "not JSON-serializable"),
         (dict(payload={"x": float("nan")}), InvalidInput, "not JSON-serializable"),
         (dict(payload={"blob": "x" * (1024 * 1024 + 1)}), PayloadTooLarge, "limit is 1048576"),
+        (dict(payload={"x": "a\x00b"}), InvalidInput, "NUL character"),
         (dict(priority="high"), InvalidInput, "priority"),
         (dict(max_attempts=0), InvalidInput, "max_attempts"),
         (dict(delay=-1), InvalidInput, "delay"),

@@ -211,3 +211,15 @@ def test_timeout_asks_a_cooperative_handler_to_stop(make_worker, db_url, db):
     assert drain(worker, db, task_id, timeout=10) == "failed"
     assert time.monotonic() - started < 5
     assert task_row(db, task_id)["last_error"] == "TimeoutError: stopped at the timeout"
+
+
+def test_outcomes_postgres_cannot_store_do_not_block_the_worker(make_worker, db_url, db):
+    worker = make_worker()
+    bad_result = skiplock.enqueue(db_url, "t.nul", {})
+    bad_error = skiplock.enqueue(db_url, "t.nul", {"raise": True}, max_attempts=1)
+    fine = skiplock.enqueue(db_url, "t.record", {})
+    assert drain(worker, db, bad_result) == "failed"
+    assert "NUL character" in task_row(db, bad_result)["last_error"]
+    assert drain(worker, db, bad_error) == "failed"
+    assert task_row(db, bad_error)["last_error"] == "RuntimeError: bad\\0byte"
+    assert drain(worker, db, fine) == "completed"

@@ -142,3 +142,11 @@ def whoami(ctx, payload):
     seconds = float(payload.get("sleep", 0))
     time.sleep(seconds)
     return {"pid": os.getpid(), "attempt": ctx.attempt, "slept": seconds}
+
+
+@task("t.nul")
+def nul(ctx, payload):
+    """Returns or raises text with a NUL character, which Postgres text/jsonb cannot store."""
+    if payload.get("raise"):
+        raise RuntimeError("bad\x00byte")
+    return {"text": "a\x00b"}

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import psycopg
 
-from .errors import DatabaseUnavailable, MigrationError
+from .errors import MigrationError
 from .queries import qualify
+from .store import connect
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Arbitrary constant shared by every skiplock migrator; combined with the schema name.
@@ -64,13 +65,6 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def _connect(url: str) -> psycopg.Connection:
-    try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
-
-
 def _applied(conn: psycopg.Connection, schema: str) -> dict[str, str]:
     exists = conn.execute("SELECT to_regclass(%s)", (f"{schema}.schema_migrations",)).fetchone()[0]
     if exists is None:
@@ -82,7 +76,7 @@ def _applied(conn: psycopg.Connection, schema: str) -> dict[str, str]:
 def pending(url: str, schema: str = "skiplock") -> list[Migration]:
     """Migrations not yet applied. Raises MigrationError if an applied file was changed."""
     available = discover()
-    with _connect(url) as conn:
+    with connect(url) as conn:
         applied = _applied(conn, schema)
     _check_unchanged(available, applied)
     return [m for m in available if m.version not in applied]
@@ -101,7 +95,7 @@ def apply(url: str, schema: str = "skiplock") -> list[Migration]:
     """Apply every pending migration; returns those this call applied."""
     available = discover()
     done: list[Migration] = []
-    with _connect(url) as conn:
+    with connect(url) as conn:
         conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
         try:
             with conn.transaction():

@@ -80,6 +80,8 @@ class TaskSpec:
                                  allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
+        if "\\u0000" in encoded:
+            raise InvalidInput("payload contains a NUL character (\\u0000), which Postgres jsonb cannot store")
         if len(encoded.encode("utf-8")) > max_payload_bytes:
             raise PayloadTooLarge(
                 f"payload is {len(encoded.encode('utf-8'))} bytes; the limit is {max_payload_bytes}"

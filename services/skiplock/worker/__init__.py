@@ -15,6 +15,12 @@ def main(settings) -> int:
 
     logs.setup(settings.log_format, settings.log_level)
     url = settings.require_database_url()
+    from ..engine import migrate
+
+    waiting = migrate.pending(url, settings.db_schema)
+    if waiting:
+        raise ConfigError(f"database schema {settings.db_schema!r} is not migrated ({len(waiting)} pending, "
+                          f"first {waiting[0].path.name}): run `skiplock migrate`")
     import_task_modules(settings.tasks)
     if not len(REGISTRY):
         raise ConfigError("SKIPLOCK_TASKS: no task handlers registered; name the modules that define "

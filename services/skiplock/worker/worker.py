@@ -285,20 +285,23 @@ class Worker:
             return self._settlement(run, "step", cursor=value.cursor, progress=value.progress,
                                     message=value.message, delay=max(float(value.delay or 0), 0.0))
         try:
-            json.dumps(value, allow_nan=False)
+            encoded = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             return self._settlement(run, "failed", error=f"handler result is not JSON-serializable: {exc}")
+        if "\\u0000" in encoded:
+            return self._settlement(run, "failed", error="handler result contains a NUL character (\\u0000), "
+                                    "which Postgres jsonb cannot store")
         return self._settlement(run, "completed", result=value)
 
     def _failure(self, run: _Run, exc: BaseException) -> Settlement:
         if isinstance(exc, Fail):
-            return self._settlement(run, "failed", error=str(exc) or "failed")
+            return self._settlement(run, "failed", error=(str(exc) or "failed").replace("\x00", "\\0"))
         policy = run.definition.retry
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = max(float(exc.delay), 0.0)
         else:
             delay = retry_delay(policy, run.task.attempt)
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0")  # text columns refuse NUL
         if not isinstance(exc, (Retry, TimeoutError)):
             log.warning("handler raised", extra={"task_id": str(run.task.id), "kind": run.task.kind,
                                                  "attempt": run.task.attempt, "error": error[:500],
@@ -383,6 +386,11 @@ class Worker:
                     break
             try:
                 applied = self.store.settle([r.settlement for r in batch])
+            except psycopg.DataError as exc:
+                # one outcome the database refuses must not hold up the others
+                self._settle_one_by_one(batch, exc)
+                batch = []
+                continue
             except _DB_ERRORS as exc:
                 # keep the outcomes; they stay fenced, so writing them late is safe
                 failures += 1
@@ -396,6 +404,25 @@ class Worker:
             failures = 0
             self._record(batch, applied)
             batch = []
+
+    def _settle_one_by_one(self, batch: list[_Run], cause: Exception) -> None:
+        for run in batch:
+            try:
+                applied = self.store.settle([run.settlement])
+            except psycopg.DataError as exc:
+                log.error("the database refused an outcome; failing the task",
+                          extra={"task_id": str(run.task.id), "error": _short(exc)})
+                run.settlement = self._settlement(run, "failed", error=f"outcome not storable: {_short(exc)}")
+                try:
+                    applied = self.store.settle([run.settlement])
+                except _DB_ERRORS as exc2:  # the lease will expire and the reaper takes over
+                    log.error("could not record the failure", extra={"task_id": str(run.task.id),
+                                                                      "error": _short(exc2)})
+                    applied = {}
+            except _DB_ERRORS:
+                self._outcomes.put(run)  # connection trouble: back in the queue for the normal retry
+                continue
+            self._record([run], applied)
 
     def _record(self, runs: Sequence[_Run], applied: dict[uuid.UUID, str]) -> None:
         with self._lock:

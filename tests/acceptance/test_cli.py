@@ -1,0 +1,88 @@
+"""The `skiplock` command as a user runs it: migrate, enqueue, and refusing an unmigrated database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+
+from tests.conftest import _with_db
+from tests.support.harness import ROOT
+
+
+def skiplock(*args: str, url: str, **env) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0",
+                "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "skiplock.cli", *args], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def empty_db(pg_server_url):
+    name = f"skiplock_empty_{os.getpid()}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    yield _with_db(pg_server_url, name)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_worker_refuses_an_unmigrated_database(empty_db):
+    done = skiplock("worker", url=empty_db, SKIPLOCK_TASKS="tests.support.handlers")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "skiplock worker: database schema 'skiplock' is not migrated (1 pending, first 0001_core.sql): "
+        "run `skiplock migrate`"]
+
+
+def test_two_migrators_at_once_then_check(empty_db):
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(skiplock("migrate", url=empty_db)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0, 0]
+    outputs = sorted(r.stdout for r in results)
+    assert outputs == ["1 migration(s) applied\n".join(["applied: 0001_core.sql\n", ""]), "up to date\n"]
+    check = skiplock("migrate", "--check", url=empty_db)
+    assert (check.returncode, check.stdout) == (0, "up to date\n")
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("SELECT count(*) FROM skiplock.schema_migrations").fetchone()[0] == 1
+
+
+def test_migrate_check_exits_1_while_pending(empty_db):
+    check = skiplock("migrate", "--check", url=empty_db)
+    assert (check.returncode, check.stdout) == (1, "pending: 0001_core.sql\n")
+
+
+def test_enqueue_prints_the_id_and_refuses_bad_input(db_url, db):
+    done = skiplock("enqueue", "t.noop", "--payload", '{"n": 1}', "--queue", "q1", "--priority", "3",
+                    "--idempotency-key", "k", url=db_url)
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    again = skiplock("enqueue", "t.noop", "--idempotency-key", "k", url=db_url)
+    assert again.stdout.strip() == task_id
+    row = db.execute("SELECT kind, queue, priority, payload FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
+    assert row == ("t.noop", "q1", 3, {"n": 1})
+    for args, fragment in [
+        (("--payload", "{nope"), "--payload is not valid JSON"),
+        (("--run-at", "2030-01-01T09:00:00"), "add a UTC offset"),
+        (("--queue", "no spaces"), "invalid queue name"),
+        (("--max-attempts", "0"), "max_attempts"),
+    ]:
+        bad = skiplock("enqueue", "t.noop", *args, url=db_url)
+        assert bad.returncode == 1 and fragment in bad.stderr and "Traceback" not in bad.stderr
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 1
+
+
+def test_unreachable_database_is_one_line(empty_db):
+    done = skiplock("migrate", url="postgresql://nobody@127.0.0.1:1/none")
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and "cannot connect to Postgres" in done.stderr
