@@ -157,7 +157,8 @@ class Store:
         self.sql = queries.load(schema)
         self._pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15,
-            kwargs=dict(autocommit=True, connect_timeout=10, **KEEPALIVES),
+            kwargs=dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}",
+                        **KEEPALIVES),
             reconnect_timeout=0,
         )
 

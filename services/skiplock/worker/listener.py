@@ -49,7 +49,7 @@ class Listener:
         failures = 0
         while not self.stop.is_set():
             try:
-                conn = store_mod.connect(self.url)
+                conn = store_mod.connect(self.url, application_name="skiplock-listener")
                 self._conn = conn
                 conn.execute(f'LISTEN "{self.channel}"')
                 if failures or self.reconnects:

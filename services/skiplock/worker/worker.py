@@ -376,7 +376,8 @@ class Worker:
                 try:
                     batch.append(self._outcomes.get(timeout=0.1))
                 except queue.Empty:
-                    if self._settler_stop.is_set():
+                    # outcomes queued before the stop flag (e.g. releases) are written first
+                    if self._settler_stop.is_set() and self._outcomes.empty():
                         return
                     continue
             while len(batch) < 500:

@@ -1,0 +1,124 @@
+"""A real `skiplock worker` process against a real Postgres: it runs every task once, shows it in
+its metrics, and wakes on NOTIFY (also after its LISTEN connection was cut by the server)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import skiplock
+from tests.support import harness
+from tests.support.harness import metric, scalar, wait_for
+
+
+def _completed(db) -> int:
+    return scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'")
+
+
+def test_seed_experiment_200_tasks_on_8_threads_each_run_exactly_once(db_url, db, processes):
+    ids = skiplock.enqueue_many(db_url, "t.record", [{"sleep": 0.002, "i": i} for i in range(200)])
+    worker = processes.spawn(db_url, "--concurrency", "8")
+    processes.wait_ready(worker)
+
+    wait_for(lambda: _completed(db) == 200, 30, message="200 completed tasks")
+
+    assert harness.state_counts(db) == {"completed": 200}
+    assert scalar(db, "SELECT count(*) FROM public.executions") == 200
+    assert scalar(db, "SELECT count(DISTINCT task_id) FROM public.executions") == 200
+    duplicates = db.execute("SELECT task_id, count(*) FROM public.executions GROUP BY task_id "
+                            "HAVING count(*) > 1").fetchall()
+    assert duplicates == []
+    assert set(r[0] for r in db.execute("SELECT task_id FROM public.executions")) == set(ids)
+    # one worker, first attempt, no lease lost along the way
+    assert db.execute("SELECT DISTINCT pid, attempt FROM public.executions").fetchall() == [(worker.pid, 1)]
+    assert db.execute("SELECT sum(attempts), sum(reclaims) FROM skiplock.tasks").fetchone() == (200, 0)
+    # every task has exactly queued -> running -> completed
+    assert db.execute("SELECT count(*), array_agg(DISTINCT types) FROM (SELECT string_agg(type, ',' ORDER BY seq) "
+                      "AS types FROM skiplock.task_events GROUP BY task_id) e").fetchone() == \
+        (200, ["queued,running,completed"])
+    assert worker.alive()
+
+
+def test_metrics_endpoint_health_readiness_counters_and_valid_exposition(db_url, db, processes):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed (Debian package 'prometheus': apt-get install prometheus)"
+
+    worker = processes.spawn(db_url, "--concurrency", "4")
+    processes.wait_ready(worker)
+    port = worker.metrics_port
+    assert harness.http_status(port, "/healthz") == 200
+    assert harness.http_status(port, "/readyz") == 200
+    assert harness.http_status(port, "/no-such-page") == 404
+
+    skiplock.enqueue_many(db_url, "t.record", [{"sleep": 0.001}] * 25)
+    skiplock.enqueue_many(db_url, "t.noop", [{}] * 5)
+    wait_for(lambda: _completed(db) == 30, 30, message="30 completed tasks")
+
+    # the counters are bumped right after the outcome is written: wait for them, with a deadline
+    wait_for(lambda: metric(port, "skiplock_tasks_finished_total", outcome="completed") == 30, 10,
+             message="30 completed in skiplock_tasks_finished_total")
+    samples = harness.scrape(port)
+    assert metric(samples, "skiplock_tasks_claimed_total", queue="default") == 30
+    assert metric(samples, "skiplock_tasks_finished_total", queue="default", kind="t.record",
+                  outcome="completed") == 25
+    assert metric(samples, "skiplock_tasks_finished_total", queue="default", kind="t.noop",
+                  outcome="completed") == 5
+    assert metric(samples, "skiplock_listener_healthy", role="worker") == 1
+    assert metric(samples, "skiplock_worker_inflight") == 0
+    assert metric(samples, "skiplock_task_duration_seconds_count", kind="t.record") == 25
+    assert metric(samples, "skiplock_task_wait_seconds_count", queue="default") == 30
+    assert not metric(samples, "skiplock_stale_writes_rejected_total")
+    assert not metric(samples, "skiplock_task_reclaims_total")
+
+    body = harness.metrics_text(port)
+    check = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True,
+                           timeout=30)
+    assert check.returncode == 0, f"promtool check metrics failed:\n{check.stdout}\n{check.stderr}"
+    assert harness.http_status(port, "/readyz") == 200
+
+
+def _listener_backends(db) -> list[tuple[int, str]]:
+    """Backends of this database opened by a worker's listener (it names itself)."""
+    return db.execute(
+        "SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'skiplock-listener' ORDER BY backend_start").fetchall()
+
+
+def _pickup_seconds(db_url, db) -> float:
+    """Enqueue one task to the idle worker; return created -> handler-started, on the DB clock."""
+    task_id = skiplock.enqueue(db_url, "t.record", {"sleep": 0})
+    return wait_for(lambda: scalar(db, "SELECT extract(epoch FROM e.at - t.created_at)::float8 "
+                                       "FROM public.executions e JOIN skiplock.tasks t ON t.id = e.task_id "
+                                       "WHERE e.task_id = %s", (task_id,)),
+                    10, interval=0.02, message=f"task {task_id} to start")
+
+
+def test_wakeup_on_notify_and_after_the_listen_connection_is_killed(db_url, db, processes):
+    # polling every 30 s: a pickup within a second can only come from LISTEN/NOTIFY
+    worker = processes.spawn(db_url, "--concurrency", "4", env={"SKIPLOCK_POLL_SECONDS": "30"})
+    processes.wait_ready(worker)
+    port = worker.metrics_port
+    wait_for(lambda: metric(port, "skiplock_listener_healthy", role="worker") == 1, 10,
+             message="listener healthy")
+
+    latencies = [_pickup_seconds(db_url, db) for _ in range(3)]
+    assert max(latencies) < 1.0, latencies
+
+    (old_pid, old_query), = wait_for(lambda: _listener_backends(db), 10, message="the listener's backend")
+    assert len(_listener_backends(db)) == 1, _listener_backends(db)
+    assert scalar(db, "SELECT pg_terminate_backend(%s)", (old_pid,)) is True
+
+    def reconnected():
+        backends = _listener_backends(db)
+        return (len(backends) == 1 and backends[0][0] != old_pid
+                and metric(port, "skiplock_listener_healthy", role="worker") == 1)
+
+    wait_for(reconnected, 20, message="the listener to reconnect on a new backend")
+    log = worker.log()
+    assert "listener connection lost" in log and "listener reconnected" in log
+
+    # the first pickup may ride on the reconnect's catch-up poll; the next ones need NOTIFY
+    latencies = [_pickup_seconds(db_url, db) for _ in range(3)]
+    assert max(latencies[1:]) < 1.0, latencies
+    assert worker.alive()
+    wait_for(lambda: harness.state_counts(db) == {"completed": 6}, 10, message="the 6 tasks completed")
