@@ -201,6 +201,24 @@ class Store:
                                               lease_seconds=lease_seconds))
         return [ClaimedTask(*row) for row in rows]
 
+    def settle_and_claim(self, settlements: Sequence[Settlement], queues: Sequence[str], limit: int,
+                         owner: str, lease_seconds: float) -> tuple[dict[uuid.UUID, str], list[ClaimedTask]]:
+        """A worker's round trip: write finished outcomes and claim more, in one transaction
+        (one commit) and one pipelined exchange."""
+        if not settlements:
+            return {}, (self.claim(queues, limit, owner, lease_seconds) if limit > 0 else [])
+        if limit <= 0:
+            return self.settle(settlements), []
+        with self.connection() as conn:
+            with conn.pipeline():
+                with conn.transaction():
+                    settled = conn.execute(self.sql["task_settle"], self._settle_params(settlements))
+                    claimed = conn.execute(self.sql["task_claim"], dict(
+                        queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds))
+                applied = dict(settled.fetchall())
+                tasks = [ClaimedTask(*row) for row in claimed.fetchall()]
+        return applied, tasks
+
     def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
         """Renew claims; returns {task id: state} for the claims still held."""
         leases = list(leases)
@@ -216,7 +234,14 @@ class Store:
         missing from the result was refused by its fence."""
         if not settlements:
             return {}
-        params = dict(
+        params = self._settle_params(settlements)
+        if conn is not None:
+            return dict(conn.execute(self.sql["task_settle"], params).fetchall())
+        return dict(self._fetch("task_settle", params))
+
+    @staticmethod
+    def _settle_params(settlements: Sequence[Settlement]) -> dict:
+        return dict(
             ids=[s.task_id for s in settlements],
             tokens=[s.lease_token for s in settlements],
             outcomes=[s.outcome for s in settlements],
@@ -229,9 +254,6 @@ class Store:
             deadline_seconds=[s.deadline_seconds for s in settlements],
             kind_max_attempts=[s.kind_max_attempts for s in settlements],
         )
-        if conn is not None:
-            return dict(conn.execute(self.sql["task_settle"], params).fetchall())
-        return dict(self._fetch("task_settle", params))
 
     def reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[tuple[uuid.UUID, str, str]]:
         """The reaper's unit of work: [(task id, queue, new state)]."""

@@ -17,6 +17,7 @@ spent (or stop.urgent); then give the rest back ('released', no attempt consumed
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -103,7 +104,7 @@ class Worker:
         self._busy = 0                              # handlers running (not abandoned)
         self._stuck = 0                             # abandoned sync handlers still holding a thread
         self._jobs: queue.Queue[_Run | None] = queue.Queue()
-        self._outcomes: queue.Queue[_Run] = queue.Queue()
+        self._outcomes: collections.deque[_Run] = collections.deque()  # finished, to be written
         self._wake = threading.Event()
         self._idle = threading.Condition(self._lock)
         self._more_waiting = False
@@ -111,7 +112,8 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_futures: dict[uuid.UUID, asyncio.Future] = {}
-        self._settler_stop = threading.Event()
+        self._gathering = False
+        self._children: dict = {}
         self._keeper_stop = threading.Event()
         self._db_ok = False
         self.listener: Listener | None = None
@@ -130,10 +132,9 @@ class Worker:
             self._loop_thread = threading.Thread(target=self._loop.run_forever, name="handlers-async",
                                                  daemon=True)
             self._loop_thread.start()
-        for target, name in ((self._settler, "settler"), (self._keeper, "keeper")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        keeper = threading.Thread(target=self._keeper, name="keeper", daemon=True)
+        keeper.start()
+        self._threads.append(keeper)
         self.listener = Listener(self.store.url, self.store.channel, self._on_notify, self.stop.requested,
                                  healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
         return self
@@ -154,43 +155,91 @@ class Worker:
                 self._db_ok = False
                 failures += 1
                 delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
-                log.warning("claim failed; retrying", extra={"error": _short(exc), "retry_in": round(delay, 2)})
+                log.warning("claim failed; retrying", extra={"error": _short(exc), "retry_in": round(delay, 2),
+                                                             "outcomes_pending": len(self._outcomes)})
                 self.stop.wait(delay)
                 continue
             if claimed and self._more_waiting:
                 continue  # a full batch: more is probably waiting
-            self._wake.wait(self.config.poll_seconds)
-            self._wake.clear()
-            if self._more_waiting:
-                self._gather_slots()
+            if not self._outcomes:
+                self._wake.wait(self.config.poll_seconds)
+                self._wake.clear()
+            self._gather()
         self.shutdown()
         return self.exit_code
 
-    def _gather_slots(self, window: float = 0.005) -> None:
-        """Work is waiting and a slot just freed: wait a few milliseconds for more to free, so
-        one claim (one commit) fills many slots instead of one per finished task."""
+    def _gather(self, window: float = 0.005) -> None:
+        """A handler just finished: wait a few milliseconds for others, so that one round trip
+        and one commit write many outcomes and fill many slots, instead of one per task."""
+        if not self._outcomes and not self._more_waiting:
+            return
         wanted = max(1, min(self.config.claim_batch, self.config.concurrency) // 2)
         deadline = time.monotonic() + window
         with self._idle:
-            while self.config.concurrency - self._busy < wanted and not self.stop.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._idle.wait(remaining)
+            self._gathering = True
+            try:
+                while (self.config.concurrency - self._busy < wanted and len(self._outcomes) < wanted
+                       and self._busy > 0 and not self.stop.is_set()):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self._idle.wait(remaining)
+            finally:
+                self._gathering = False
 
     def run_once(self) -> int:
-        """Claim up to the free slots and hand the tasks to handlers; returns how many."""
+        """One round trip: write the outcomes finished so far and claim up to the free slots, in
+        one transaction. Returns how many tasks were claimed."""
+        batch = self._take_outcomes()
         free = self.config.concurrency - self._busy
-        if free <= 0:
-            self._more_waiting = True
+        limit = 0 if self.stop.is_set() else max(0, min(free, self.config.claim_batch))
+        if not batch and not limit:
+            self._more_waiting = free <= 0
             return 0
-        limit = min(free, self.config.claim_batch)
-        tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
-        self._more_waiting = len(tasks) == limit
+        try:
+            applied, tasks = self.store.settle_and_claim(
+                [r.settlement for r in batch], self.config.queues, limit, self.name, self.config.lease_seconds)
+        except psycopg.DataError as exc:
+            # one outcome the database refuses must not hold up the others
+            self._settle_one_by_one(batch, exc)
+            return 0
+        except BaseException:
+            self._outcomes.extendleft(reversed(batch))  # keep them: fenced, so writing late is safe
+            raise
+        self._record(batch, applied)
+        self._more_waiting = limit > 0 and len(tasks) == limit
         for task in tasks:
             self._dispatch(task)
         self.counts["claimed"] += len(tasks)
         return len(tasks)
+
+    def _take_outcomes(self, most: int = 1000) -> list[_Run]:
+        batch = []
+        try:
+            while len(batch) < most:
+                batch.append(self._outcomes.popleft())
+        except IndexError:
+            pass
+        return batch
+
+    def flush(self, deadline: float) -> None:
+        """Write every outcome held (shutdown): retry through a database outage until `deadline`."""
+        failures = 0
+        while (self._outcomes or self._pending_outcomes()) and time.monotonic() < deadline:
+            if not self._outcomes:
+                time.sleep(0.01)  # an outcome is on its way (a handler is returning)
+                continue
+            try:
+                self.run_once()
+                failures = 0
+            except _DB_ERRORS as exc:
+                failures += 1
+                log.warning("writing outcomes failed; retrying", extra={"error": _short(exc),
+                                                                         "pending": len(self._outcomes)})
+                if self.stop.urgent.is_set():
+                    return
+                time.sleep(min(deadline - time.monotonic(), random.uniform(0, min(2.0, 0.1 * 2**failures)), 2.0)
+                           if deadline > time.monotonic() else 0)
 
     def shutdown(self) -> None:
         grace_end = time.monotonic() + self.config.shutdown_grace_seconds
@@ -204,12 +253,9 @@ class Worker:
         released = self._release_all("worker shutting down")
         for _ in range(self.config.concurrency + self._stuck):
             self._jobs.put(None)
-        # write every outcome we hold; keep the leases alive meanwhile (a Postgres outage at
-        # exit must not turn finished work into reclaims)
-        flush_end = time.monotonic() + max(1.0, self.config.lease_seconds - self.config.shutdown_grace_seconds - 1)
-        while self._pending_outcomes() and time.monotonic() < flush_end and not self.stop.urgent.is_set():
-            time.sleep(0.02)
-        self._settler_stop.set()
+        # write every outcome we hold; the keeper keeps the leases alive meanwhile (a Postgres
+        # outage at exit must not turn finished work into reclaims)
+        self.flush(time.monotonic() + max(1.0, self.config.lease_seconds - self.config.shutdown_grace_seconds - 1))
         self._keeper_stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -222,6 +268,14 @@ class Worker:
         with self._lock:
             return bool(self._runs)
 
+    def _child(self, metric, *labels):
+        """metric.labels(*labels), cached: labels() takes a lock and builds a tuple per call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     # ---- dispatch and handlers -------------------------------------------------------------
     def _spawn_handler_threads(self, n: int) -> None:
         for _ in range(n):
@@ -231,8 +285,8 @@ class Worker:
     def _dispatch(self, task: ClaimedTask) -> None:
         definition = self.registry.get(task.kind)
         run = _Run(task, Context(task, self.store, log), definition)
-        self.metrics.tasks_claimed.labels(task.queue).inc()
-        self.metrics.task_wait.labels(task.queue).observe(max(task.waited_seconds, 0.0))
+        self._child(self.metrics.tasks_claimed, task.queue).inc()
+        self._child(self.metrics.task_wait, task.queue).observe(max(task.waited_seconds, 0.0))
         with self._lock:
             self._runs[task.id] = run
             self._busy += 1
@@ -326,20 +380,20 @@ class Worker:
                 run.handler_done = True
                 self._busy -= 1
                 dropped = False
-            self._idle.notify_all()
+            if self._gathering or self.stop.is_set():
+                self._idle.notify_all()
         if dropped:
             if held is not None:
                 _rollback(held)
             log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": settlement.outcome})
             return
-        self.metrics.task_duration.labels(run.task.queue, run.task.kind).observe(elapsed)
+        self._child(self.metrics.task_duration, run.task.queue, run.task.kind).observe(elapsed)
         if held is not None:
             self._settle_in_transaction(run, settlement, held)
         else:
             run.settlement = settlement
-            self._outcomes.put(run)
-        if self._more_waiting:
-            self._wake.set()
+            self._outcomes.append(run)
+        self._wake.set()
 
     def _settle_in_transaction(self, run: _Run, settlement: Settlement, held) -> None:
         """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
@@ -347,7 +401,7 @@ class Worker:
         if settlement.outcome not in ("completed", "step"):
             _rollback(held)  # a failure undoes the handler's writes, then is recorded as usual
             run.settlement = settlement
-            self._outcomes.put(run)
+            self._outcomes.append(run)
             return
         try:
             applied = self.store.settle([settlement], conn=conn)
@@ -361,51 +415,13 @@ class Worker:
                         extra={"task_id": str(run.task.id), "error": _short(exc)})
             run.settlement = self._settlement(run, "retry", error=f"transaction failed: {_short(exc)}",
                                               delay=retry_delay(run.definition.retry, run.task.attempt))
-            self._outcomes.put(run)
+            self._outcomes.append(run)
             return
         pool_cm.__exit__(None, None, None)
         run.settlement = settlement
         self._record([run], applied)
 
-    # ---- settler: many outcomes per round trip ---------------------------------------------
-    def _settler(self) -> None:
-        failures = 0
-        batch: list[_Run] = []
-        while True:
-            if not batch:
-                try:
-                    batch.append(self._outcomes.get(timeout=0.1))
-                except queue.Empty:
-                    # outcomes queued before the stop flag (e.g. releases) are written first
-                    if self._settler_stop.is_set() and self._outcomes.empty():
-                        return
-                    continue
-            while len(batch) < 500:
-                try:
-                    batch.append(self._outcomes.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                applied = self.store.settle([r.settlement for r in batch])
-            except psycopg.DataError as exc:
-                # one outcome the database refuses must not hold up the others
-                self._settle_one_by_one(batch, exc)
-                batch = []
-                continue
-            except _DB_ERRORS as exc:
-                # keep the outcomes; they stay fenced, so writing them late is safe
-                failures += 1
-                self._db_ok = False
-                delay = random.uniform(0, min(5.0, 0.1 * 2**failures))
-                log.warning("writing outcomes failed; will retry",
-                            extra={"error": _short(exc), "pending": len(batch), "retry_in": round(delay, 2)})
-                if self._settler_stop.wait(delay) and self.stop.urgent.is_set():
-                    return
-                continue
-            failures = 0
-            self._record(batch, applied)
-            batch = []
-
+    # ---- writing outcomes ------------------------------------------------------------------
     def _settle_one_by_one(self, batch: list[_Run], cause: Exception) -> None:
         for run in batch:
             try:
@@ -421,7 +437,7 @@ class Worker:
                                                                       "error": _short(exc2)})
                     applied = {}
             except _DB_ERRORS:
-                self._outcomes.put(run)  # connection trouble: back in the queue for the normal retry
+                self._outcomes.append(run)  # connection trouble: back in line for the normal retry
                 continue
             self._record([run], applied)
 
@@ -437,7 +453,8 @@ class Worker:
                 self._reject(operation, run)
                 continue
             self.counts["settled"] += 1
-            self.metrics.tasks_finished.labels(run.task.queue, run.task.kind, _outcome_label(operation, state)).inc()
+            self._child(self.metrics.tasks_finished, run.task.queue, run.task.kind,
+                        _outcome_label(operation, state)).inc()
 
     def _reject(self, operation: str, run: _Run) -> None:
         self.counts["rejected"] += 1
@@ -530,8 +547,10 @@ class Worker:
             run.settlement = self._settlement(run, "retry", error=f"TimeoutError: timed out after "
                                               f"{run.definition.timeout:g}s",
                                               delay=retry_delay(run.definition.retry, run.task.attempt))
-            self._outcomes.put(run)
+            self._outcomes.append(run)
             self._spawn_handler_threads(1)
+        if abandon:
+            self._wake.set()
         if abandon and self._stuck > max(1, self.config.concurrency // 2):
             log.error("too many stuck handler threads; exiting for a clean restart",
                       extra={"stuck_threads": self._stuck})
@@ -551,7 +570,7 @@ class Worker:
             if future is not None:
                 future.cancel()
             run.settlement = self._settlement(run, "released", error=None, message=None)
-            self._outcomes.put(run)
+            self._outcomes.append(run)
         if runs:
             log.info("released unfinished tasks", extra={"count": len(runs), "reason": reason})
         return len(runs)
