@@ -1,7 +1,9 @@
 """Loads the named SQL statements from engine/sql/*.sql.
 
-A statement starts at a `-- name: <name>` line and runs to the next one. Statements are written
-against the `skiplock` schema; another schema (SKIPLOCK_DB_SCHEMA) is substituted at load time.
+A statement starts at a `-- name: <name>` line and runs to the next one. A name starting with
+`_` is a fragment (e.g. a list of CTEs) that statements include as `{{_name}}`, so one piece of
+SQL can serve a statement of its own and a combined one. Statements are written against the
+`skiplock` schema; another schema (SKIPLOCK_DB_SCHEMA) is substituted at load time.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from importlib import resources
 
 _NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _SCHEMA_REF = re.compile(r"\bskiplock\.")
+_INCLUDE = re.compile(r"\{\{(_\w+)\}\}")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -29,6 +32,17 @@ def qualify(sql: str, schema: str) -> str:
     return sql if schema == "skiplock" else _SCHEMA_REF.sub(f"{schema}.", sql)
 
 
+def expand(statements: dict[str, str]) -> dict[str, str]:
+    """Replace `{{_fragment}}` includes; return the statements without the fragments."""
+    def include(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in statements:
+            raise ValueError(f"unknown SQL fragment {name!r}")
+        return statements[name]
+
+    return {name: _INCLUDE.sub(include, sql) for name, sql in statements.items() if not name.startswith("_")}
+
+
 @functools.lru_cache(maxsize=None)
 def load(schema: str = "skiplock") -> dict[str, str]:
     statements: dict[str, str] = {}
@@ -38,4 +52,4 @@ def load(schema: str = "skiplock") -> dict[str, str]:
                 if name in statements:
                     raise ValueError(f"statement {name!r} defined twice")
                 statements[name] = qualify(sql, schema)
-    return statements
+    return expand(statements)

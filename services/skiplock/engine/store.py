@@ -203,20 +203,20 @@ class Store:
 
     def settle_and_claim(self, settlements: Sequence[Settlement], queues: Sequence[str], limit: int,
                          owner: str, lease_seconds: float) -> tuple[dict[uuid.UUID, str], list[ClaimedTask]]:
-        """A worker's round trip: write finished outcomes and claim more, in one transaction
-        (one commit) and one pipelined exchange."""
+        """A worker's round trip: write finished outcomes and claim more in one statement."""
         if not settlements:
             return {}, (self.claim(queues, limit, owner, lease_seconds) if limit > 0 else [])
         if limit <= 0:
             return self.settle(settlements), []
-        with self.connection() as conn:
-            with conn.pipeline():
-                with conn.transaction():
-                    settled = conn.execute(self.sql["task_settle"], self._settle_params(settlements))
-                    claimed = conn.execute(self.sql["task_claim"], dict(
-                        queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds))
-                applied = dict(settled.fetchall())
-                tasks = [ClaimedTask(*row) for row in claimed.fetchall()]
+        params = self._settle_params(settlements)
+        params.update(queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds)
+        applied: dict[uuid.UUID, str] = {}
+        tasks = []
+        for row in self._fetch("task_settle_and_claim", params):
+            if row[0] is None:
+                tasks.append(ClaimedTask(*row[1:]))
+            else:
+                applied = {uuid.UUID(k): v for k, v in row[0].items()}
         return applied, tasks
 
     def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:

@@ -86,6 +86,45 @@ class _Run:
         self.settlement: Settlement | None = None
 
 
+class _Handoff:
+    """Claimed runs waiting for a handler thread.
+
+    Waking a sleeping thread costs tens of microseconds and a GIL hand-over; waking one per task
+    caps a worker at a few thousand short tasks a second. So at most one wake-up is in flight:
+    the thread it wakes wakes the next only if work is still waiting when it takes its item.
+    Short tasks are then run by the few threads already awake; slow tasks still spread over
+    every thread, one wake-up after another.
+    """
+
+    def __init__(self) -> None:
+        self._items: collections.deque = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._sleeping = 0
+        self._waking = False
+
+    def put(self, item) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._wake_one()
+
+    def get(self):
+        with self._cond:
+            while not self._items:
+                self._sleeping += 1
+                self._cond.wait()
+                self._sleeping -= 1
+                self._waking = False
+            item = self._items.popleft()
+            if self._items:
+                self._wake_one()
+            return item
+
+    def _wake_one(self) -> None:
+        if self._sleeping and not self._waking:
+            self._waking = True
+            self._cond.notify()
+
+
 class Worker:
     def __init__(self, settings: Settings, store: Store, *, registry: Registry | None = None,
                  metrics: Metrics | None = None, stop: Stop | None = None, name: str | None = None):
@@ -103,7 +142,7 @@ class Worker:
         self._runs: dict[uuid.UUID, _Run] = {}     # claimed, outcome not yet written
         self._busy = 0                              # handlers running (not abandoned)
         self._stuck = 0                             # abandoned sync handlers still holding a thread
-        self._jobs: queue.Queue[_Run | None] = queue.Queue()
+        self._jobs = _Handoff()
         self._outcomes: collections.deque[_Run] = collections.deque()  # finished, to be written
         self._wake = threading.Event()
         self._idle = threading.Condition(self._lock)

@@ -37,12 +37,12 @@ SELECT id, (SELECT count(*) FROM wake) AS woken FROM inserted;
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
 
--- name: task_claim
+-- name: _claim_ctes
 -- One statement: pick up to `limit` claimable rows, skipping rows other claimers hold, and lease
 -- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
 -- One index-ordered scan per queue (queue = ANY(...) would read and sort every queued row); a
 -- multi-queue claim may lock up to `limit` rows per queue for the statement and lease the best.
-WITH picked AS MATERIALIZED (
+picked AS MATERIALIZED (
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -74,11 +74,14 @@ WITH picked AS MATERIALIZED (
     RETURNING t.id, t.kind, t.queue, t.priority, t.payload, t.attempts, t.max_attempts,
               t.reclaims, t.lease_token, t.deadline, t.cursor, t.progress, t.created_at,
               t.event_seq, extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
-), events AS (
+), claim_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq, 'running', lease_token, attempts, jsonb_build_object('owner', %(owner)s::text)
     FROM claimed
 )
+
+-- name: task_claim
+WITH {{_claim_ctes}}
 SELECT id, kind, queue, priority, payload, attempts, max_attempts, reclaims, lease_token,
        deadline, cursor, progress, created_at, waited_seconds
 FROM claimed;
@@ -103,13 +106,13 @@ FROM held
 WHERE t.id = held.id
 RETURNING t.id, t.state;
 
--- name: task_settle
+-- name: _settle_ctes
 -- Ends (or checkpoints, or gives back) claims, many per round trip. outcome is one of
 -- completed | failed | retry | step | released. The new state is decided under the row lock:
 --   a completion stands (its work is done); otherwise a cancel request wins ('cancelled');
 --   a failure stands; a retry past
 --   max_attempts (the task's, else its kind's) or the total deadline fails; the rest go back to 'queued' after `delay`.
-WITH input AS (
+settle_input AS (
     SELECT *
     FROM unnest(
         %(ids)s::uuid[], %(tokens)s::bigint[], %(outcomes)s::text[], %(results)s::jsonb[],
@@ -131,7 +134,7 @@ WITH input AS (
                    THEN 'failed'
                ELSE 'queued'
            END AS new_state
-    FROM input AS i
+    FROM settle_input AS i
     JOIN skiplock.tasks AS t ON t.id = i.id AND t.lease_token = i.token
     WHERE t.state IN ('running', 'cancelling')
     ORDER BY t.id
@@ -163,7 +166,7 @@ WITH input AS (
     FROM decided AS d
     WHERE t.id = d.id
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
-), events AS (
+), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq,
            CASE WHEN state <> 'queued' THEN state
@@ -177,7 +180,25 @@ WITH input AS (
                          'delay', CASE WHEN state = 'queued' THEN delay END)) END
     FROM settled
 )
+
+-- name: task_settle
+WITH {{_settle_ctes}}
 SELECT id, state FROM settled;
+
+-- name: task_settle_and_claim
+-- A worker's round trip: write finished outcomes and claim into the freed slots, in one
+-- statement (one commit). Both see one snapshot: a task this settle re-queues is not claimed by
+-- this claim. One row per claimed task, and one more row holding the {id: state} map of the
+-- outcomes applied (sent once, not repeated on every task row).
+WITH {{_settle_ctes}},
+{{_claim_ctes}}
+SELECT NULL::jsonb AS settled, id, kind, queue, priority, payload, attempts, max_attempts, reclaims,
+       lease_token, deadline, cursor, progress, created_at, waited_seconds
+FROM claimed
+UNION ALL
+SELECT coalesce(jsonb_object_agg(id, state), '{}'), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL
+FROM settled;
 
 -- name: task_reclaim_expired
 -- The reaper. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
