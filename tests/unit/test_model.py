@@ -37,3 +37,12 @@ def test_fragments_are_included_and_not_exposed():
     assert statements == {"one": "WITH a AS (SELECT 1) SELECT * FROM a"}
     with pytest.raises(ValueError, match="unknown SQL fragment"):
         queries.expand({"x": "{{_missing}}"})
+
+
+def test_minify_drops_comments_and_whitespace_but_not_literals():
+    sql = "SELECT  'a  -- b', x -- why\n  FROM   t\n-- gone\nWHERE y IN ( 'it''s  ok' , 'z' ) AND a = b AND c >= d"
+    assert queries.minify(sql) == "SELECT 'a  -- b',x FROM t WHERE y IN ('it''s  ok','z') AND a=b AND c >=d"
+
+
+def test_every_statement_fits_the_driver_cache():
+    assert max(len(sql.encode()) for sql in queries.load().values()) <= 4096

@@ -23,8 +23,45 @@ def parse(text: str) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2]):
         if name in statements:
             raise ValueError(f"duplicate statement name {name!r}")
-        statements[name] = body.strip().rstrip(";")
+        statements[name] = minify(body).rstrip(";").rstrip()
     return statements
+
+
+def minify(sql: str) -> str:
+    """Drop `--` comments and collapse whitespace outside string literals.
+
+    The comments are for readers of the .sql files; the driver converts and caches only
+    statements under 4 KiB, and the combined settle-and-claim statement is over that with them.
+    """
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch == "'":  # a literal, copied as is ('' is an escaped quote inside it)
+            end = i + 1
+            while end < n:
+                if sql[end] == "'":
+                    if end + 1 < n and sql[end + 1] == "'":
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i:end + 1])
+            i = end + 1
+        elif sql.startswith("--", i):
+            newline = sql.find("\n", i)
+            i = n if newline < 0 else newline
+        elif ch.isspace():
+            while i < n and sql[i].isspace():
+                i += 1
+            if out and out[-1] not in (" ", "(", ",", "="):
+                out.append(" ")
+        else:
+            if ch in ",)=" and out and out[-1] == " ":
+                out.pop()  # no space is needed around a comma, a parenthesis or an equals sign
+            out.append(ch)
+            i += 1
+    return "".join(out).strip()
 
 
 def qualify(sql: str, schema: str) -> str:

@@ -128,9 +128,9 @@ settle_input AS (
                WHEN i.outcome = 'failed' THEN 'failed'
                WHEN i.outcome = 'retry' AND (
                         t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
-                     OR now() + i.delay * interval '1 second' > t.deadline
+                        -- least() skips NULLs: the earlier of the task's and the kind's deadline
                      OR now() + i.delay * interval '1 second'
-                            > t.created_at + i.deadline_seconds * interval '1 second')
+                            > least(t.deadline, t.created_at + i.deadline_seconds * interval '1 second'))
                    THEN 'failed'
                ELSE 'queued'
            END AS new_state
