@@ -73,10 +73,11 @@ def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Ite
     keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
     if len(keys) != len(payloads):
         raise InvalidInput("idempotency_keys must have one entry per payload")
-    limit = _max_payload()
-    specs = [TaskSpec(kind, p, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                      idempotency_key=k, max_attempts=max_attempts, max_payload_bytes=limit)
-             for p, k in zip(payloads, keys)]
+    if not payloads:
+        return []
+    first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
+                     idempotency_key=keys[0], max_attempts=max_attempts, max_payload_bytes=_max_payload())
+    specs = [first] + [first.with_payload(p, k) for p, k in zip(payloads[1:], keys[1:])]
     return _insert(conn_or_url, specs, schema)
 
 

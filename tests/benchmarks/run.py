@@ -641,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="multiply every phase timeout by this (default 1)")
     parser.add_argument("--pgqueuer-batch-size", type=int, default=100)
     parser.add_argument("--procrastinate-concurrency", type=int, default=10)
-    parser.add_argument("--skiplock-concurrency", type=int, default=10)
+    parser.add_argument("--skiplock-concurrency", type=int, default=100)
     parser.add_argument("--skiplock-claim-batch", type=int, default=0,
                         help="SKIPLOCK_CLAIM_BATCH for the skiplock worker (0: the engine's default, "
                              "as many as free slots)")

@@ -95,3 +95,24 @@ def test_bad_input_is_refused_with_a_clear_error(db_url, db, kwargs, error, frag
     with pytest.raises(error, match=fragment):
         skiplock.enqueue(db_url, args.pop("kind"), args.pop("payload"), **args)
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
+
+
+def test_bulk_enqueue_joins_the_callers_transaction(db_url, db):
+    with psycopg.connect(db_url) as conn:
+        ids = skiplock.enqueue_many(conn, "t.noop", [{"i": i} for i in range(500)])
+        assert conn.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 500
+        conn.rollback()
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
+    with psycopg.connect(db_url) as conn:
+        ids = skiplock.enqueue_many(conn, "t.noop", [{"i": i} for i in range(500)], priority=2)
+        conn.commit()
+    rows = db.execute("SELECT count(*), min(priority), max(event_seq), min(run_after) <= now() "
+                      "FROM skiplock.tasks WHERE id = ANY(%s)", (ids,)).fetchone()
+    assert rows == (500, 2, 1, True)
+
+
+def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db):
+    payloads = [{"i": i} for i in range(200)] + [{"bad": object()}]
+    with pytest.raises(InvalidInput, match="not JSON-serializable"):
+        skiplock.enqueue_many(db_url, "t.noop", payloads)
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0

@@ -46,3 +46,9 @@ def test_minify_drops_comments_and_whitespace_but_not_literals():
 
 def test_every_statement_fits_the_driver_cache():
     assert max(len(sql.encode()) for sql in queries.load().values()) <= 4096
+
+
+def test_uuid7_many_continues_the_order():
+    ids = [uuid7()] + uuid7.many(5000) + [uuid7()] + uuid7.many(3)
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(u.version == 7 for u in ids)

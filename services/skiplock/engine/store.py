@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -52,7 +52,7 @@ class TaskSpec:
     """One task to enqueue, validated on construction."""
 
     __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
-                 "idempotency_key", "payload_json")
+                 "idempotency_key", "payload_json", "max_payload_bytes")
 
     def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                  run_at: dt.datetime | None = None, delay: float | None = None,
@@ -72,25 +72,42 @@ class TaskSpec:
         if delay is not None:
             if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
                 raise InvalidInput(f"delay {delay!r}: must be a number of seconds >= 0")
-        if idempotency_key is not None and (not isinstance(idempotency_key, str)
-                                            or not 1 <= len(idempotency_key) <= 255):
-            raise InvalidInput("idempotency_key: must be a string of 1-255 characters")
-        try:
-            encoded = json.dumps({} if payload is None else payload, separators=(",", ":"),
-                                 allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
-        if "\\u0000" in encoded:
-            raise InvalidInput("payload contains a NUL character (\\u0000), which Postgres jsonb cannot store")
-        if len(encoded.encode("utf-8")) > max_payload_bytes:
-            raise PayloadTooLarge(
-                f"payload is {len(encoded.encode('utf-8'))} bytes; the limit is {max_payload_bytes}"
-                " (SKIPLOCK_MAX_PAYLOAD_BYTES)"
-            )
+        _check_key(idempotency_key)
         self.kind, self.queue, self.priority = kind, queue, priority
         self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
-        self.idempotency_key, self.payload_json = idempotency_key, encoded
-        self.payload = payload
+        self.idempotency_key = idempotency_key
+        self.payload, self.payload_json = payload, encode_payload(payload, max_payload_bytes)
+        self.max_payload_bytes = max_payload_bytes
+
+    def with_payload(self, payload: Any, idempotency_key: str | None = None) -> "TaskSpec":
+        """Another task like this one (bulk enqueue validates the shared fields once)."""
+        _check_key(idempotency_key)
+        spec = object.__new__(TaskSpec)
+        spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority
+        spec.max_attempts, spec.delay, spec.run_at = self.max_attempts, self.delay, self.run_at
+        spec.max_payload_bytes = self.max_payload_bytes
+        spec.idempotency_key = idempotency_key
+        spec.payload, spec.payload_json = payload, encode_payload(payload, self.max_payload_bytes)
+        return spec
+
+
+def _check_key(key: str | None) -> None:
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255):
+        raise InvalidInput("idempotency_key: must be a string of 1-255 characters")
+
+
+def encode_payload(payload: Any, max_bytes: int) -> str:
+    """The payload as compact JSON text, or InvalidInput/PayloadTooLarge saying why not."""
+    try:
+        encoded = json.dumps({} if payload is None else payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
+    if "\\u0000" in encoded:
+        raise InvalidInput("payload contains a NUL character (\\u0000), which Postgres jsonb cannot store")
+    size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"payload is {size} bytes; the limit is {max_bytes} (SKIPLOCK_MAX_PAYLOAD_BYTES)")
+    return encoded
 
 
 class _RawJson(Jsonb):
@@ -107,7 +124,11 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
     if not specs:
         return []
     sql = queries.load(schema)
-    ids = [uuid7() for _ in specs]
+    ids = uuid7.many(len(specs))
+    channel = channel or f"skiplock_{schema}"
+    if len(specs) >= COPY_THRESHOLD and all(
+            s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
+        return _copy_tasks(conn, specs, ids, sql, channel)
     params = dict(
         ids=ids,
         kinds=[s.kind for s in specs],
@@ -118,7 +139,7 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
         delays=[s.delay for s in specs],
         run_ats=[s.run_at for s in specs],
         idempotency_keys=[s.idempotency_key for s in specs],
-        channel=channel or f"skiplock_{schema}",
+        channel=channel,
     )
     try:
         inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
@@ -135,6 +156,30 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
                     owner = next(ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
                                  and ids[j] in inserted)
                 ids[i] = owner
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip()) from exc
+    return ids
+
+
+# Bulk enqueues of plain tasks (no idempotency key, no delay) this large go through COPY, which
+# moves rows about a third faster than INSERT ... SELECT FROM unnest(...).
+COPY_THRESHOLD = 64
+
+
+def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
+                sql: dict[str, str], channel: str) -> list[uuid.UUID]:
+    try:
+        # three statements, one unit: in the caller's transaction if it has one (a connection
+        # without autocommit is always in one), else in a transaction (or savepoint) of our own
+        with (nullcontext() if not conn.autocommit else conn.transaction()):
+            cur = conn.cursor()
+            with cur.copy(sql["task_copy_in"]) as copy:
+                for task_id, s in zip(ids, specs):
+                    copy.write_row((task_id, s.kind, s.queue, s.priority, s.payload_json, s.max_attempts, 1))
+            with cur.copy(sql["task_event_copy_in"]) as copy:
+                for task_id in ids:
+                    copy.write_row((task_id, 1, "queued", 0))
+            cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted({s.queue for s in specs})})
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(str(exc).strip()) from exc
     return ids

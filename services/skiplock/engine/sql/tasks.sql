@@ -34,6 +34,17 @@ WITH input AS (
 )
 SELECT id, (SELECT count(*) FROM wake) AS woken FROM inserted;
 
+-- name: task_copy_in
+-- Bulk enqueue of plain tasks (store._copy_tasks); run_after and created_at take their now() defaults.
+COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq) FROM STDIN;
+
+-- name: task_event_copy_in
+-- Their 'queued' events, in the same transaction.
+COPY skiplock.task_events (task_id, seq, type, attempt) FROM STDIN;
+
+-- name: task_wake
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
+
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
 
