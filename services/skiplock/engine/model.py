@@ -5,6 +5,7 @@ and the app-generated UUIDv7 ids. Pure data: no I/O here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import datetime as dt
 import inspect
 import os
@@ -12,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 QUEUED, RUNNING, CANCELLING = "queued", "running", "cancelling"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
@@ -117,14 +118,14 @@ class TaskDef:
     timeout: float | None = None
     retry: RetryPolicy = RetryPolicy()
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
 
-@dataclasses.dataclass(frozen=True)
-class ClaimedTask:
-    """A task as its claim returned it: what a worker needs to run it and to fence its writes."""
+class ClaimedTask(NamedTuple):
+    """A task as its claim returned it: what a worker needs to run it and to fence its writes.
+    (Immutable like the dataclasses here, but a tuple: built per claimed row on the hot path.)"""
 
     id: uuid.UUID
     kind: str
@@ -184,9 +185,9 @@ class TaskEvent:
     data: Any
 
 
-@dataclasses.dataclass(frozen=True)
-class Settlement:
-    """One fenced write that ends, checkpoints or gives back a claim (see task_settle)."""
+class Settlement(NamedTuple):
+    """One fenced write that ends, checkpoints or gives back a claim (see task_settle).
+    A tuple for the same reason as ClaimedTask: one per finished task."""
 
     task_id: uuid.UUID
     lease_token: int

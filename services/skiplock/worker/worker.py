@@ -103,8 +103,11 @@ class _Handoff:
         self._waking = False
 
     def put(self, item) -> None:
+        self.put_many((item,))
+
+    def put_many(self, items) -> None:
         with self._cond:
-            self._items.append(item)
+            self._items.extend(items)
             self._wake_one()
 
     def get(self):
@@ -247,8 +250,8 @@ class Worker:
             raise
         self._record(batch, applied)
         self._more_waiting = limit > 0 and len(tasks) == limit
-        for task in tasks:
-            self._dispatch(task)
+        if tasks:
+            self._dispatch(tasks)
         self.counts["claimed"] += len(tasks)
         return len(tasks)
 
@@ -321,20 +324,27 @@ class Worker:
             thread = threading.Thread(target=self._handler_loop, name="handler", daemon=True)
             thread.start()
 
-    def _dispatch(self, task: ClaimedTask) -> None:
-        definition = self.registry.get(task.kind)
-        run = _Run(task, Context(task, self.store, log), definition)
-        self._child(self.metrics.tasks_claimed, task.queue).inc()
-        self._child(self.metrics.task_wait, task.queue).observe(max(task.waited_seconds, 0.0))
+    def _dispatch(self, tasks: list[ClaimedTask]) -> None:
+        runs = []
+        for task in tasks:
+            runs.append(_Run(task, Context(task, self.store, log), self.registry.get(task.kind)))
+            self._child(self.metrics.task_wait, task.queue).observe(max(task.waited_seconds, 0.0))
+        for queue_name, n in collections.Counter(t.queue for t in tasks).items():
+            self._child(self.metrics.tasks_claimed, queue_name).inc(n)
         with self._lock:
-            self._runs[task.id] = run
-            self._busy += 1
+            for run in runs:
+                self._runs[run.task.id] = run
+            self._busy += len(runs)
             self.metrics.worker_inflight.set(len(self._runs))
-        if definition is not None and definition.is_async and self._loop is not None:
-            future = asyncio.run_coroutine_threadsafe(self._run_async(run), self._loop)
-            self._async_futures[task.id] = future
-        else:
-            self._jobs.put(run)
+        sync_runs = []
+        for run in runs:
+            if run.definition is not None and run.definition.is_async and self._loop is not None:
+                future = asyncio.run_coroutine_threadsafe(self._run_async(run), self._loop)
+                self._async_futures[run.task.id] = future
+            else:
+                sync_runs.append(run)
+        if sync_runs:
+            self._jobs.put_many(sync_runs)
 
     def _handler_loop(self) -> None:
         while True:
@@ -432,7 +442,8 @@ class Worker:
         else:
             run.settlement = settlement
             self._outcomes.append(run)
-        self._wake.set()
+        if not self._wake.is_set():  # set() takes a lock and notifies: skip it when already set
+            self._wake.set()
 
     def _settle_in_transaction(self, run: _Run, settlement: Settlement, held) -> None:
         """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
