@@ -187,6 +187,10 @@ def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[u
 
 # ---- the store -------------------------------------------------------------------------------
 
+_SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
+                        "kind_max_attempts")
+
+
 def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -286,19 +290,15 @@ class Store:
 
     @staticmethod
     def _settle_params(settlements: Sequence[Settlement]) -> dict:
-        return dict(
-            ids=[s.task_id for s in settlements],
-            tokens=[s.lease_token for s in settlements],
-            outcomes=[s.outcome for s in settlements],
-            results=[_jsonb(s.result) for s in settlements],
-            errors=[s.error for s in settlements],
-            delays=[s.delay for s in settlements],
-            cursors=[_jsonb(s.cursor) for s in settlements],
-            progress=[s.progress for s in settlements],
-            messages=[s.message for s in settlements],
-            deadline_seconds=[s.deadline_seconds for s in settlements],
-            kind_max_attempts=[s.kind_max_attempts for s in settlements],
-        )
+        rows = []
+        for s in settlements:
+            row = {"id": str(s.task_id), "token": s.lease_token, "outcome": s.outcome}
+            for name in _SETTLEMENT_OPTIONAL:
+                value = getattr(s, name)
+                if value is not None:
+                    row[name] = value
+            rows.append(row)
+        return {"settlements": Jsonb(rows)}
 
     def reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[tuple[uuid.UUID, str, str]]:
         """The reaper's unit of work: [(task id, queue, new state)]."""

@@ -124,13 +124,12 @@ RETURNING t.id, t.state;
 --   a failure stands; a retry past
 --   max_attempts (the task's, else its kind's) or the total deadline fails; the rest go back to 'queued' after `delay`.
 settle_input AS (
+    -- one JSON array of {id, token, outcome, ...}: one parameter, encoded in C, instead of
+    -- eleven arrays adapted element by element
     SELECT *
-    FROM unnest(
-        %(ids)s::uuid[], %(tokens)s::bigint[], %(outcomes)s::text[], %(results)s::jsonb[],
-        %(errors)s::text[], %(delays)s::float8[], %(cursors)s::jsonb[], %(progress)s::real[],
-        %(messages)s::text[], %(deadline_seconds)s::float8[], %(kind_max_attempts)s::integer[]
-    ) AS i(id, token, outcome, result, error, delay, cursor, progress, message, deadline_seconds,
-           kind_max_attempts)
+    FROM jsonb_to_recordset(%(settlements)s::jsonb)
+        AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
+             progress real, message text, deadline_seconds float8, kind_max_attempts integer)
 ), decided AS MATERIALIZED (
     SELECT i.*, t.attempts AS attempt,
            CASE
