@@ -301,6 +301,8 @@ class Worker:
         self._keeper_stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.listener is not None:
+            self.listener.join(timeout=2)  # it sees the stop flag within half a second
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self.metrics.worker_inflight.set(0)
