@@ -18,7 +18,7 @@ import psycopg
 from .engine import migrate as migrations
 from .engine import store as store_mod
 from .engine.errors import InvalidInput
-from .engine.settings import SCHEMA_RE, Settings
+from .engine.settings import SCHEMA_RE
 from .engine.store import TaskSpec
 
 _DEFAULT_MAX_PAYLOAD = 1024 * 1024

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
 import random
 import socket
 import threading
@@ -33,7 +32,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from ..engine.errors import DatabaseUnavailable, SkiplockError
+from ..engine.errors import DatabaseUnavailable
 from ..engine.handlers import REGISTRY, Registry
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
