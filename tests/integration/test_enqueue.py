@@ -116,3 +116,15 @@ def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db):
     with pytest.raises(InvalidInput, match="not JSON-serializable"):
         skiplock.enqueue_many(db_url, "t.noop", payloads)
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
+
+
+def test_bulk_copy_keeps_awkward_payloads_intact(db_url, db):
+    awkward = [{"text": "tab\there", "nl": "line\nbreak", "bs": "C:\\path\\n", "q": "it's \"quoted\"",
+                "uni": "żółć 漢字 🚀", "n": i, "nested": [None, True, 1.5, {"\\N": "\\."}]} for i in range(100)]
+    ids = skiplock.enqueue_many(db_url, "t.noop", awkward, max_attempts=4)
+    rows = db.execute("SELECT payload, max_attempts FROM skiplock.tasks WHERE id = ANY(%s)", (ids,)).fetchall()
+    assert sorted((r[0] for r in rows), key=lambda p: p["n"]) == awkward
+    assert {r[1] for r in rows} == {4}
+    ids_default = skiplock.enqueue_many(db_url, "t.noop", [{}] * 100)
+    assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND max_attempts IS NULL",
+                      (ids_default,)).fetchone()[0] == 100

@@ -91,6 +91,10 @@ class TaskSpec:
         return spec
 
 
+# One encoder for every payload: json.dumps() with options builds a new encoder per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def _check_key(key: str | None) -> None:
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255):
         raise InvalidInput("idempotency_key: must be a string of 1-255 characters")
@@ -99,7 +103,7 @@ def _check_key(key: str | None) -> None:
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as compact JSON text, or InvalidInput/PayloadTooLarge saying why not."""
     try:
-        encoded = json.dumps({} if payload is None else payload, separators=(",", ":"), allow_nan=False)
+        encoded = _JSON.encode({} if payload is None else payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
     if "\\u0000" in encoded:
@@ -166,6 +170,16 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
 COPY_THRESHOLD = 64
 
 
+_COPY_NULL = "\\N"
+
+
+def _copy_line(task_id: uuid.UUID, s: TaskSpec) -> str:
+    """One tasks row in COPY text format."""
+    payload = s.payload_json.replace("\\", "\\\\")
+    max_attempts = _COPY_NULL if s.max_attempts is None else s.max_attempts
+    return f"{task_id}\t{s.kind}\t{s.queue}\t{s.priority}\t{payload}\t{max_attempts}\t1\n"
+
+
 def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
                 sql: dict[str, str], channel: str) -> list[uuid.UUID]:
     try:
@@ -173,12 +187,13 @@ def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[u
         # without autocommit is always in one), else in a transaction (or savepoint) of our own
         with (nullcontext() if not conn.autocommit else conn.transaction()):
             cur = conn.cursor()
+            # COPY's text format, written in one piece. Kinds and queues are validated names (no
+            # tab, newline or backslash); payloads are JSON text, whose only special character
+            # for COPY is the backslash of its escapes.
             with cur.copy(sql["task_copy_in"]) as copy:
-                for task_id, s in zip(ids, specs):
-                    copy.write_row((task_id, s.kind, s.queue, s.priority, s.payload_json, s.max_attempts, 1))
+                copy.write("".join(map(_copy_line, ids, specs)).encode())
             with cur.copy(sql["task_event_copy_in"]) as copy:
-                for task_id in ids:
-                    copy.write_row((task_id, 1, "queued", 0))
+                copy.write("".join(f"{task_id}\t1\tqueued\t0\n" for task_id in ids).encode())
             cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted({s.queue for s in specs})})
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(str(exc).strip()) from exc
