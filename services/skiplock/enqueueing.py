@@ -17,11 +17,10 @@ import psycopg
 
 from .engine import migrate as migrations
 from .engine import store as store_mod
-from .engine.errors import InvalidInput
-from .engine.settings import SCHEMA_RE
+from .engine.errors import ConfigError, InvalidInput
+from .engine.settings import SCHEMA_RE, EnvReader
 from .engine.store import TaskSpec
 
-_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 def _schema(schema: str | None) -> str:
@@ -32,8 +31,11 @@ def _schema(schema: str | None) -> str:
 
 
 def _max_payload() -> int:
-    raw = os.environ.get("SKIPLOCK_MAX_PAYLOAD_BYTES")
-    return int(raw) if raw and raw.isdigit() else _DEFAULT_MAX_PAYLOAD
+    """SKIPLOCK_MAX_PAYLOAD_BYTES, parsed like every setting (a bad value is a ConfigError)."""
+    limit = EnvReader(os.environ).integer("MAX_PAYLOAD_BYTES", 1024 * 1024)
+    if limit < 1:
+        raise ConfigError(f"SKIPLOCK_MAX_PAYLOAD_BYTES={limit}: must be >= 1")
+    return limit
 
 
 def _insert(conn_or_url, specs: list[TaskSpec], schema: str | None) -> list[uuid.UUID]:

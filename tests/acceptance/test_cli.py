@@ -86,3 +86,16 @@ def test_unreachable_database_is_one_line(empty_db):
     done = skiplock("migrate", url="postgresql://nobody@127.0.0.1:1/none")
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1 and "cannot connect to Postgres" in done.stderr
+
+
+def test_enqueue_into_an_unmigrated_database_is_one_line(empty_db):
+    done = skiplock("enqueue", "t.noop", url=empty_db)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("skiplock enqueue: the skiplock schema is missing")
+    assert "run `skiplock migrate`" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bad_payload_limit_is_named(db_url):
+    done = skiplock("enqueue", "t.noop", url=db_url, SKIPLOCK_MAX_PAYLOAD_BYTES="lots")
+    assert done.returncode == 1
+    assert done.stderr.strip() == "skiplock enqueue: SKIPLOCK_MAX_PAYLOAD_BYTES='lots': not an integer"

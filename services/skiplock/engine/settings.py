@@ -106,7 +106,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":
-        env = _Env(os.environ if environ is None else environ)
+        env = EnvReader(os.environ if environ is None else environ)
         lease = env.number("LEASE_SECONDS", 30.0)
         values = dict(
             database_url=env.text("DATABASE_URL", None),
@@ -131,7 +131,7 @@ class Settings:
         return cls(**values)
 
 
-class _Env:
+class EnvReader:
     """Typed reads of SKIPLOCK_* variables, with NAME_FILE support."""
 
     def __init__(self, environ: Mapping[str, str]):

@@ -23,6 +23,7 @@ from . import queries
 from .errors import (
     DatabaseUnavailable,
     InvalidInput,
+    MigrationError,
     PayloadTooLarge,
     TaskNotCancellable,
     TaskNotFound,
@@ -44,6 +45,19 @@ def connect(url: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connectio
         return psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES, **kwargs)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
+
+
+@contextmanager
+def translated_errors():
+    """psycopg errors a caller can act on, as skiplock errors: a lost or refused connection, and
+    a database whose skiplock schema was never migrated."""
+    try:
+        yield
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MigrationError(f"the skiplock schema is missing ({first}): run `skiplock migrate`") from exc
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
 
 
 # ---- enqueue ---------------------------------------------------------------------------------
@@ -145,7 +159,7 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
         idempotency_keys=[s.idempotency_key for s in specs],
         channel=channel,
     )
-    try:
+    with translated_errors():
         inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
         keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
         if keyed:
@@ -160,8 +174,6 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
                     owner = next(ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
                                  and ids[j] in inserted)
                 ids[i] = owner
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(str(exc).strip()) from exc
     return ids
 
 
@@ -182,7 +194,7 @@ def _copy_line(task_id: uuid.UUID, s: TaskSpec) -> str:
 
 def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
                 sql: dict[str, str], channel: str) -> list[uuid.UUID]:
-    try:
+    with translated_errors():
         # three statements, one unit: in the caller's transaction if it has one (a connection
         # without autocommit is always in one), else in a transaction (or savepoint) of our own
         with (nullcontext() if not conn.autocommit else conn.transaction()):
@@ -195,8 +207,6 @@ def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[u
             with cur.copy(sql["task_event_copy_in"]) as copy:
                 copy.write("".join(f"{task_id}\t1\tqueued\t0\n" for task_id in ids).encode())
             cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted({s.queue for s in specs})})
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(str(exc).strip()) from exc
     return ids
 
 
@@ -237,10 +247,8 @@ class Store:
     def connection(self):
         """Borrow a pooled connection; connection trouble surfaces as DatabaseUnavailable."""
         try:
-            with self._pool.connection() as conn:
+            with translated_errors(), self._pool.connection() as conn:
                 yield conn
-        except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
 

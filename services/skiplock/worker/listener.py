@@ -86,12 +86,3 @@ class Listener:
                 # quiet for a while: prove the connection still reaches the server
                 conn.execute("SELECT 1")
                 last_heard = time.monotonic()
-
-    def break_connection(self) -> None:
-        """For tests and operators: drop the socket as a network fault would."""
-        conn = self._conn
-        if conn is not None:
-            try:
-                conn.pgconn.finish()
-            except Exception:
-                pass
