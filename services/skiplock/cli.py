@@ -27,6 +27,20 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--concurrency", type=int, help="tasks run at once (SKIPLOCK_CONCURRENCY)")
     w.add_argument("--tasks", help="comma-separated handler modules (SKIPLOCK_TASKS)")
 
+    sub.add_parser("scheduler", help="fire due schedules, reap expired leases, export queue gauges")
+
+    sc = sub.add_parser("schedules", help="manage schedules (declarative: apply a file)")
+    scs = sc.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ap = scs.add_parser("apply", help="create or update the schedules a YAML file declares")
+    ap.add_argument("-f", "--file", required=True, help="YAML file: a list of schedules or `schedules: [...]`")
+    ap.add_argument("--prune", action="store_true", help="also delete schedules the file does not name")
+    ap.add_argument("--dry-run", action="store_true", help="validate the file; change nothing")
+    scs.add_parser("list", help="show every schedule and when it fires next")
+    for action, text in (("delete", "delete a schedule"), ("pause", "stop firing a schedule"),
+                         ("resume", "fire a paused schedule again, from its next time after now")):
+        a = scs.add_parser(action, help=text)
+        a.add_argument("name")
+
     d = sub.add_parser("dev", help="every role in one process; embedded Postgres if no URL is set")
     d.add_argument("--no-demo", action="store_true", help="do not enqueue the demo workload")
 
@@ -84,6 +98,14 @@ def _run(args) -> int:
                                      tasks=_names(args.tasks))
         return worker.main(settings)
 
+    if args.command == "scheduler":
+        from . import scheduler
+
+        return scheduler.main(Settings.from_env())
+
+    if args.command == "schedules":
+        return _schedules(args, Settings.from_env())
+
     if args.command == "dev":
         from . import dev
 
@@ -113,6 +135,53 @@ def _run(args) -> int:
         print(task_id)
         return 0
     raise AssertionError(args.command)
+
+
+def _schedules(args, settings: Settings) -> int:
+    from .engine.schedules import load_file
+    from .engine.store import Store
+
+    definitions = load_file(args.file) if args.action == "apply" else None
+    if args.action == "apply" and args.dry_run:
+        for s in definitions:
+            print(f"valid: {s.name} ({s.describe})")
+        return 0
+    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    try:
+        if args.action == "apply":
+            report = store.apply_schedules(definitions, prune=args.prune)
+            for outcome in ("created", "updated", "unchanged", "deleted"):
+                for name in report[outcome]:
+                    print(f"{outcome}: {name}")
+            print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
+        elif args.action == "list":
+            _print_schedules(store.list_schedules())
+        elif args.action == "delete":
+            store.delete_schedule(args.name)
+            print(f"deleted: {args.name}")
+        else:
+            store.set_schedule_enabled(args.name, args.action == "resume")
+            print(f"{'resumed' if args.action == 'resume' else 'paused'}: {args.name}")
+    finally:
+        store.close()
+    return 0
+
+
+def _print_schedules(statuses) -> None:
+    header = ("NAME", "KIND", "QUEUE", "WHEN", "OVERLAP", "CATCHUP", "STATE", "NEXT FIRE (UTC)", "FIRES", "SKIPS")
+    rows = [header]
+    for st in statuses:
+        s = st.schedule
+        rows.append((s.name, s.kind, s.queue, s.describe, s.overlap, s.catchup,
+                     "enabled" if s.enabled else "paused",
+                     st.next_fire_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                     str(st.fires), str(st.skips)))
+    if len(rows) == 1:
+        print("no schedules")
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
 
 
 if __name__ == "__main__":

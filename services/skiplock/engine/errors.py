@@ -48,6 +48,11 @@ class TaskNotResumable(SkiplockError):
     status = 409
 
 
+class ScheduleNotFound(SkiplockError):
+    code = "schedule.not_found"
+    status = 404
+
+
 class MigrationError(SkiplockError):
     code = "migration.failed"
     status = 500

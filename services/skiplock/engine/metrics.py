@@ -48,6 +48,27 @@ class Metrics:
                                       "1 while the LISTEN connection is up and answering probes.",
                                       ["role"], registry=r)
 
+        # scheduler: schedules and maintenance
+        self.queue_oldest_pending_age = Gauge(
+            "skiplock_queue_oldest_pending_age_seconds",
+            "Age of the oldest task claimable now (queued, run_after reached, queue and kind not paused).",
+            ["queue"], registry=r)
+        self.queue_tasks = Gauge("skiplock_queue_tasks", "Tasks by queue and state.", ["queue", "state"],
+                                 registry=r)
+        self.queue_claimable = Gauge("skiplock_queue_claimable_tasks",
+                                     "Tasks claimable now (what a worker autoscaler should read).",
+                                     ["queue"], registry=r)
+        self.schedule_fires = Counter("skiplock_schedule_fires_total", "Tasks enqueued by schedules.",
+                                      ["schedule"], registry=r)
+        self.schedule_lag = Gauge("skiplock_schedule_lag_seconds",
+                                  "Fire time minus nominal time of the schedule's last fire.",
+                                  ["schedule"], registry=r)
+        self.schedule_skips = Counter("skiplock_schedule_skips_total",
+                                      "Nominal fire times not fired: overlap skips and catch-up drops.",
+                                      ["schedule", "reason"], registry=r)
+        self.tasks_deleted = Counter("skiplock_tasks_deleted_total",
+                                     "Finished tasks deleted by retention.", ["state"], registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -49,6 +49,13 @@ class Settings:
     claim_batch: int = 0  # 0: as many as free slots
     stuck_grace_seconds: float = 10.0
     metrics_port: int = 9090
+    schedules_file: str | None = None
+    schedules_prune: bool = False
+    gauges_seconds: float = 15.0
+    retention_seconds: float = 60.0
+    retain_completed_seconds: float = 86400.0
+    retain_failed_seconds: float = 7 * 86400.0
+    retain_cancelled_seconds: float = 7 * 86400.0
     log_format: str = "json"
     log_level: str = "INFO"
 
@@ -86,6 +93,15 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_CLAIM_BATCH={self.claim_batch}: must be >= 0")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"SKIPLOCK_METRICS_PORT={self.metrics_port}: must be 0-65535")
+        for variable, value in (("GAUGES_SECONDS", self.gauges_seconds),
+                                ("RETENTION_SECONDS", self.retention_seconds)):
+            if value <= 0:
+                raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be > 0")
+        for variable, value in (("RETAIN_COMPLETED_SECONDS", self.retain_completed_seconds),
+                                ("RETAIN_FAILED_SECONDS", self.retain_failed_seconds),
+                                ("RETAIN_CANCELLED_SECONDS", self.retain_cancelled_seconds)):
+            if value < 0:
+                raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0 keeps them forever)")
         if self.log_format not in ("json", "text"):
             raise ConfigError(f"SKIPLOCK_LOG_FORMAT={self.log_format!r}: must be json or text")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -124,6 +140,13 @@ class Settings:
             claim_batch=env.integer("CLAIM_BATCH", 0),
             stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS", 10.0),
             metrics_port=env.integer("METRICS_PORT", 9090),
+            schedules_file=env.text("SCHEDULES_FILE", None),
+            schedules_prune=env.boolean("SCHEDULES_PRUNE", False),
+            gauges_seconds=env.number("GAUGES_SECONDS", 15.0),
+            retention_seconds=env.number("RETENTION_SECONDS", 60.0),
+            retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS", 86400.0),
+            retain_failed_seconds=env.number("RETAIN_FAILED_SECONDS", 7 * 86400.0),
+            retain_cancelled_seconds=env.number("RETAIN_CANCELLED_SECONDS", 7 * 86400.0),
             log_format=env.text("LOG_FORMAT", "json").lower(),
             log_level=env.text("LOG_LEVEL", "INFO").upper(),
         )
@@ -173,6 +196,17 @@ class EnvReader:
             return int(value)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name}={value!r}: not an integer") from None
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{PREFIX}{name}={value!r}: must be true or false")
 
     def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
         value = self.raw(name)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import random
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -25,11 +26,13 @@ from .errors import (
     InvalidInput,
     MigrationError,
     PayloadTooLarge,
+    ScheduleNotFound,
     TaskNotCancellable,
     TaskNotFound,
     TaskNotResumable,
 )
 from .model import ClaimedTask, Settlement, Task, TaskEvent, uuid7
+from .schedules import Schedule, ScheduleStatus, TickPlan, idempotency_key
 from .settings import check_name
 
 log = logging.getLogger("skiplock.store")
@@ -359,12 +362,162 @@ class Store:
         state = self.get(task_id).state
         raise TaskNotResumable(f"task {task_id} is {state}; only failed or cancelled tasks can be resumed")
 
+    def pauses(self) -> list[tuple[str, str, dt.datetime]]:
+        return self._fetch("pause_list", {})
+
     def pause(self, scope: str, name: str) -> None:
         with self.connection() as conn:
             conn.execute(self.sql["pause_set"], {"scope": scope, "name": name})
 
     def unpause(self, scope: str, name: str) -> None:
         self._fetch("pause_clear", {"scope": scope, "name": name, "channel": self.channel})
+
+    # -- schedules
+    def fire_due_schedules(self, decide: Callable[[Schedule, dict, dt.datetime], TickPlan], *,
+                           now: dt.datetime | None = None, limit: int = 50,
+                           max_payload_bytes: int = 1024 * 1024) -> list["FiredSchedule"]:
+        """One scheduler tick, in one transaction: lock the due schedule rows (skipping those
+        another replica holds), let `decide(schedule, row_state, now)` plan each, then enqueue
+        the fires, record every decision and advance the rows. A crash anywhere rolls it all back.
+
+        `now` pins the database's clock for tests; by default time is the database's now()."""
+        results = []
+        with self.connection() as conn, conn.transaction():
+            now = conn.execute(self.sql["schedule_now"], {"now": now}).fetchone()[0]
+            rows = conn.execute(self.sql["schedule_claim_due"], {"now": now, "limit": limit}).fetchall()
+            for row in rows:
+                name = row[0]
+                try:
+                    schedule = Schedule(*row[:13], enabled=True)
+                except InvalidInput as exc:
+                    # edited in the table by hand, or a time zone this tzdata lacks: leave it for
+                    # an operator instead of failing every other schedule's tick
+                    log.error("schedule cannot be evaluated; skipped", extra={"schedule": name, "error": str(exc)})
+                    continue
+                state = dict(next_fire_at=row[13], buffered_fire_at=row[14], last_task_id=row[15],
+                             previous_state=row[16])
+                plan = decide(schedule, state, now)
+                results.append(self._apply_tick(conn, schedule, state, plan, now, max_payload_bytes))
+        return results
+
+    def _apply_tick(self, conn: psycopg.Connection, schedule: Schedule, state: dict, plan: TickPlan,
+                    now: dt.datetime, max_payload_bytes: int) -> "FiredSchedule":
+        previous = state["last_task_id"]
+        fired = []
+        template = TaskSpec(schedule.kind, schedule.payload, queue=schedule.queue, priority=schedule.priority,
+                            max_attempts=schedule.max_attempts, max_payload_bytes=max_payload_bytes)
+        nominal_ats, outcomes, task_ids, details = [], [], [], []
+        for fire in plan.fires:
+            if fire.cancel_previous and previous is not None:
+                conn.execute(self.sql["task_cancel"], {"id": previous, "data": Jsonb(
+                    {"reason": f"schedule {schedule.name} fired again (overlap cancel_previous)"})})
+            spec = template.with_payload(schedule.payload, idempotency_key(schedule.name, fire.nominal_at))
+            if schedule.jitter_seconds:
+                spec.delay = random.uniform(0, schedule.jitter_seconds)
+            previous = insert_tasks(conn, [spec], self.schema, self.channel)[0]
+            fired.append((fire.nominal_at, previous))
+            nominal_ats.append(fire.nominal_at), outcomes.append("fired")
+            task_ids.append(previous), details.append(fire.detail)
+        for nominal_at, outcome, detail in plan.records:
+            nominal_ats.append(nominal_at), outcomes.append(outcome), task_ids.append(None), details.append(detail)
+        if nominal_ats:
+            conn.execute(self.sql["schedule_fire_record"], dict(
+                schedule=schedule.name, nominal_ats=nominal_ats, outcomes=outcomes, task_ids=task_ids,
+                details=details))
+        conn.execute(self.sql["schedule_advance"], dict(
+            name=schedule.name, next_fire_at=plan.next_fire_at, buffered_fire_at=plan.buffered_fire_at,
+            last_fire_at=fired[-1][0] if fired else None, last_task_id=previous if fired else None,
+            fires=len(fired), skips=plan.skips))
+        return FiredSchedule(schedule.name, now, fired, plan.records, plan.next_fire_at)
+
+    def seconds_to_next_fire(self) -> float | None:
+        """Seconds until the soonest enabled schedule is due (negative: overdue; None: none)."""
+        rows = self._fetch("schedule_next_due", {})
+        return rows[0][0] if rows else None
+
+    def apply_schedules(self, schedules: Sequence[Schedule], *, prune: bool = False
+                        ) -> dict[str, list[str]]:
+        """Upsert definitions in one transaction; `prune` deletes schedules not among them.
+        Returns the names {'created': [...], 'updated': [...], 'unchanged': [...], 'deleted': [...]}."""
+        names = [s.name for s in schedules]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise InvalidInput(f"schedule name {duplicates[0]!r} is defined more than once")
+        report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
+        with self.connection() as conn, conn.transaction():
+            now = conn.execute(self.sql["schedule_now"], {"now": None}).fetchone()[0]
+            for s in schedules:
+                params = s.as_dict()
+                params.update(payload=Jsonb(s.payload), next_fire_at=s.first_fire(now))
+                row = conn.execute(self.sql["schedule_upsert"], params).fetchone()
+                if row is None:
+                    report["unchanged"].append(s.name)
+                else:
+                    report["created" if row[1] else "updated"].append(s.name)
+            if prune:
+                deleted = conn.execute(self.sql["schedule_delete_except"], {"names": names}).fetchall()
+                report["deleted"] = sorted(r[0] for r in deleted)
+        return report
+
+    def list_schedules(self, name: str | None = None) -> list[ScheduleStatus]:
+        return [ScheduleStatus(Schedule(*row[:14]), *row[14:])
+                for row in self._fetch("schedule_list", {"name": name})]
+
+    def get_schedule(self, name: str) -> ScheduleStatus:
+        found = self.list_schedules(name)
+        if not found:
+            raise ScheduleNotFound(f"schedule {name!r} not found")
+        return found[0]
+
+    def delete_schedule(self, name: str) -> None:
+        if not self._fetch("schedule_delete", {"name": name}):
+            raise ScheduleNotFound(f"schedule {name!r} not found")
+
+    def set_schedule_enabled(self, name: str, enabled: bool) -> None:
+        """Pause (enabled=False) or resume a schedule. Resuming starts at the first fire after
+        now: the fires a paused schedule did not make are not caught up."""
+        with self.connection() as conn, conn.transaction():
+            now = conn.execute(self.sql["schedule_now"], {"now": None}).fetchone()[0]
+            status = self.get_schedule(name)
+            rows = conn.execute(self.sql["schedule_set_enabled"], dict(
+                name=name, enabled=enabled, next_fire_at=status.schedule.first_fire(now))).fetchall()
+            if not rows:  # deleted between the two statements
+                raise ScheduleNotFound(f"schedule {name!r} not found")
+
+    def schedule_fires(self, name: str, limit: int = 100) -> list[tuple]:
+        return self._fetch("schedule_fires_list", {"schedule": name, "limit": limit})
+
+    # -- maintenance
+    def delete_finished(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
+        """One retention batch: finished tasks (and their events) older than the retention."""
+        return len(self._fetch("task_delete_finished", dict(state=state, older_than=older_than_seconds,
+                                                            limit=limit)))
+
+    def delete_old_fires(self, older_than_seconds: float, limit: int = 500) -> int:
+        return len(self._fetch("schedule_fire_delete_old", dict(older_than=older_than_seconds, limit=limit)))
+
+    def queue_stats(self) -> tuple[list[tuple[str, str, int]], list[tuple[str, int, float | None, bool]]]:
+        """([(queue, state, tasks)], [(queue, claimable now, oldest claimable age s, paused)])."""
+        with self.connection() as conn:
+            counts = conn.execute(self.sql["queue_task_counts"]).fetchall()
+            paused_kinds = [name for scope, name, _ in conn.execute(self.sql["pause_list"]).fetchall()
+                            if scope == "kind"]
+            if paused_kinds:
+                claimable = conn.execute(self.sql["queue_claimable_without_kinds"],
+                                         {"paused_kinds": paused_kinds}).fetchall()
+            else:
+                claimable = conn.execute(self.sql["queue_claimable"]).fetchall()
+        return counts, claimable
+
+
+class FiredSchedule(NamedTuple):
+    """What a tick did to one schedule."""
+
+    name: str
+    now: dt.datetime
+    fired: list[tuple[dt.datetime, uuid.UUID]]  # (nominal time, task id)
+    records: list[tuple[dt.datetime, str, str | None]]  # skipped / buffered / missed decisions
+    next_fire_at: dt.datetime
 
 
 def _parse_id(task_id: uuid.UUID | str) -> uuid.UUID:

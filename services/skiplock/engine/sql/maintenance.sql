@@ -1,0 +1,72 @@
+-- Named statements of the maintenance services the scheduler runs: retention and queue gauges.
+-- (The reaper's statement, task_reclaim_expired, lives with the task lifecycle in tasks.sql.)
+-- Each is safe to run from every replica at once.
+
+-- name: task_delete_finished
+-- Retention: one small batch of tasks finished in `state` longer ago than `older_than` seconds,
+-- with their events. SKIP LOCKED: replicas delete different rows, and a row an operator is
+-- resuming right now is left for the next run (its state no longer matches after the lock).
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM skiplock.tasks
+    WHERE state = %(state)s
+      AND finished_at IS NOT NULL
+      AND finished_at < now() - %(older_than)s * interval '1 second'
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM skiplock.task_events AS e USING doomed WHERE e.task_id = doomed.id
+)
+DELETE FROM skiplock.tasks AS t USING doomed WHERE t.id = doomed.id
+RETURNING t.id;
+
+-- name: schedule_fire_delete_old
+WITH doomed AS MATERIALIZED (
+    SELECT schedule, nominal_at
+    FROM skiplock.schedule_fires
+    WHERE at < now() - %(older_than)s * interval '1 second'
+    ORDER BY at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM skiplock.schedule_fires AS f USING doomed
+WHERE f.schedule = doomed.schedule AND f.nominal_at = doomed.nominal_at
+RETURNING f.schedule;
+
+-- name: queue_task_counts
+-- skiplock_queue_tasks{queue, state}: tasks in flight from the partial indexes that hold them,
+-- finished ones from tasks_state_finished.
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE state IN ('running', 'cancelling')
+GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE finished_at IS NOT NULL
+GROUP BY queue, state;
+
+-- name: queue_claimable
+-- Per queue: tasks claimable now (queued, run_after reached) and the age of the oldest of them.
+-- Reads only tasks_claimable (queue and run_after are in the index). Paused queues are reported
+-- as not claimable; paused kinds need queue_claimable_without_kinds, which reads the rows.
+SELECT t.queue,
+       count(*) FILTER (WHERE t.run_after <= now()) AS claimable,
+       extract(epoch FROM now() - min(t.run_after) FILTER (WHERE t.run_after <= now()))::float8 AS oldest_age,
+       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused
+FROM skiplock.tasks AS t
+WHERE t.state = 'queued'
+GROUP BY t.queue;
+
+-- name: queue_claimable_without_kinds
+-- As queue_claimable, when some kinds are paused: their tasks are not claimable either.
+SELECT t.queue,
+       count(*) FILTER (WHERE t.run_after <= now() AND NOT t.kind = ANY(%(paused_kinds)s::text[])) AS claimable,
+       extract(epoch FROM now() - min(t.run_after)
+               FILTER (WHERE t.run_after <= now() AND NOT t.kind = ANY(%(paused_kinds)s::text[])))::float8 AS oldest_age,
+       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused
+FROM skiplock.tasks AS t
+WHERE t.state = 'queued'
+GROUP BY t.queue;
+
+-- name: pause_list
+SELECT scope, name, paused_at FROM skiplock.pauses ORDER BY scope, name;

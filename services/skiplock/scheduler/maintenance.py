@@ -1,0 +1,107 @@
+"""The maintenance services the scheduler runs: the reaper, retention and the queue gauges.
+
+Each has `run_once()` returning what it did, and is safe to run in every replica at once: the
+reaper and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
+keep a reaper fallback of their own (worker.reap_once) for installations without a scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..engine.metrics import Metrics
+from ..engine.store import Store
+
+log = logging.getLogger("skiplock.maintenance")
+
+# rows per statement: small batches keep each transaction's locks short
+BATCH = 500
+# batches per run_once, so one run never monopolizes a replica; the next run continues
+MAX_BATCHES = 20
+
+
+class Reaper:
+    """Expired leases back to `queued` (reclaims + 1), or to `failed` past the budget;
+    `cancelling` with an expired lease to `cancelled`."""
+
+    def __init__(self, store: Store, metrics: Metrics, max_reclaims: int):
+        self.store, self.metrics, self.max_reclaims = store, metrics, max_reclaims
+
+    def run_once(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _ in range(MAX_BATCHES):
+            rows = self.store.reclaim_expired(self.max_reclaims, limit=BATCH)
+            for _id, queue, state in rows:
+                counts[state] = counts.get(state, 0) + 1
+                if state in ("queued", "failed"):
+                    self.metrics.task_reclaims.labels(queue).inc()
+            if len(rows) < BATCH:
+                break
+        if counts:
+            log.info("reclaimed expired leases", extra={"counts": counts})
+        return counts
+
+
+class Retention:
+    """Deletes finished tasks (with their events) past their state's retention, and old
+    schedule decisions, in batches."""
+
+    def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float]):
+        self.store, self.metrics = store, metrics
+        # a retention of 0 keeps that state forever
+        self.retain = {state: seconds for state, seconds in retain.items() if seconds > 0}
+
+    def run_once(self) -> dict[str, int]:
+        deleted: dict[str, int] = {}
+        for state, seconds in self.retain.items():
+            for _ in range(MAX_BATCHES):
+                n = self.store.delete_finished(state, seconds, limit=BATCH)
+                if n:
+                    deleted[state] = deleted.get(state, 0) + n
+                    self.metrics.tasks_deleted.labels(state).inc(n)
+                if n < BATCH:
+                    break
+        # schedule decisions are kept as long as completed tasks (the tasks they name)
+        keep_fires = self.retain.get("completed")
+        if keep_fires:
+            for _ in range(MAX_BATCHES):
+                n = self.store.delete_old_fires(keep_fires, limit=BATCH)
+                if n:
+                    deleted["schedule_fires"] = deleted.get("schedule_fires", 0) + n
+                if n < BATCH:
+                    break
+        if deleted:
+            log.info("retention deleted old rows", extra={"deleted": deleted})
+        return deleted
+
+
+class QueueGauges:
+    """skiplock_queue_tasks{queue,state}, skiplock_queue_claimable_tasks{queue} and
+    skiplock_queue_oldest_pending_age_seconds{queue}, refreshed from the database."""
+
+    STATES = ("queued", "running", "cancelling", "completed", "failed", "cancelled")
+
+    def __init__(self, store: Store, metrics: Metrics):
+        self.store, self.metrics = store, metrics
+        self._queues: set[str] = set()
+
+    def run_once(self) -> dict[str, dict]:
+        counts, claimable = self.store.queue_stats()
+        by_queue: dict[str, dict] = {}
+        for queue, state, n in counts:
+            by_queue.setdefault(queue, {})[state] = n
+        ages: dict[str, tuple[int, float]] = {}
+        for queue, n, oldest_age, paused in claimable:
+            # a paused queue has nothing claimable, however old its tasks are
+            ages[queue] = (0, 0.0) if paused else (n, max(0.0, oldest_age or 0.0))
+        # queues seen before and now empty report 0, not a stale value or a vanished series
+        self._queues |= set(by_queue) | set(ages)
+        for queue in self._queues:
+            states = by_queue.get(queue, {})
+            for state in self.STATES:
+                self.metrics.queue_tasks.labels(queue, state).set(states.get(state, 0))
+            n, age = ages.get(queue, (0, 0.0))
+            self.metrics.queue_claimable.labels(queue).set(n)
+            self.metrics.queue_oldest_pending_age.labels(queue).set(age)
+        return {queue: {"tasks": by_queue.get(queue, {}), "claimable": ages.get(queue, (0, 0.0))[0],
+                        "oldest_age": ages.get(queue, (0, 0.0))[1]} for queue in self._queues}
