@@ -2,7 +2,8 @@
 
 With no SKIPLOCK_DATABASE_URL it starts an embedded Postgres (the `pgserver` package, data under
 .skiplock/ in the current directory), applies migrations, runs a worker on the example handlers
-(plus any SKIPLOCK_TASKS modules), enqueues a small demo workload and prints progress until Ctrl-C.
+(plus any SKIPLOCK_TASKS modules) and a scheduler (with a demo schedule), enqueues a small demo
+workload and prints progress until Ctrl-C.
 Not for production: one process, one embedded server.
 """
 
@@ -43,6 +44,13 @@ def enqueue_demo(url: str, schema: str) -> int:
     return len(ids)
 
 
+def apply_demo_schedule(store) -> None:
+    from .engine.schedules import Schedule
+
+    store.apply_schedules([Schedule(name="demo.every-15s", kind="demo.hello", payload={"name": "schedule"},
+                                    interval_seconds=15)])
+
+
 def progress(store, stop: threading.Event, every: float = 1.0) -> None:
     last = None
     while not stop.wait(every):
@@ -66,6 +74,7 @@ def main(settings: Settings, demo: bool = True) -> int:
     from .engine.lifecycle import Stop, install_signal_handlers
     from .engine.metrics import Metrics, MetricsServer
     from .engine.store import Store
+    from .scheduler.scheduler import Scheduler
     from .worker.worker import Worker
 
     logs.setup("text" if sys.stdout.isatty() else settings.log_format, settings.log_level)
@@ -85,10 +94,14 @@ def main(settings: Settings, demo: bool = True) -> int:
     metrics = Metrics()
     store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev").open()
     worker = Worker(settings, store, metrics=metrics, stop=stop)
+    scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
+    threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
     server = MetricsServer(metrics, settings.metrics_port, worker.ready, host="127.0.0.1").start()
     print(f"[skiplock dev] database {url}", flush=True)
     print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
     if demo:
+        apply_demo_schedule(store)
+        print("[skiplock dev] schedule demo.every-15s fires demo.hello every 15 s", flush=True)
         print(f"[skiplock dev] enqueued {enqueue_demo(url, settings.db_schema)} demo tasks "
               f"({', '.join(DEMO_KINDS)}); Ctrl-C to stop", flush=True)
     done = threading.Event()

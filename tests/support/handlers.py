@@ -150,3 +150,13 @@ def nul(ctx, payload):
     if payload.get("raise"):
         raise RuntimeError("bad\x00byte")
     return {"text": "a\x00b"}
+
+
+@task("t.span")
+def span(ctx, payload):
+    """Records 'start', sleeps payload['sleep'] seconds, records 'end': each execution's interval,
+    so tests can count executions that overlapped."""
+    record(ctx, note="start")
+    time.sleep(float(payload.get("sleep", 0)))
+    record(ctx, note="end")
+    return None

@@ -435,9 +435,10 @@ class Store:
         rows = self._fetch("schedule_next_due", {})
         return rows[0][0] if rows else None
 
-    def apply_schedules(self, schedules: Sequence[Schedule], *, prune: bool = False
-                        ) -> dict[str, list[str]]:
+    def apply_schedules(self, schedules: Sequence[Schedule], *, prune: bool = False,
+                        now: dt.datetime | None = None) -> dict[str, list[str]]:
         """Upsert definitions in one transaction; `prune` deletes schedules not among them.
+        New and re-timed schedules start at their first fire after `now` (the database's).
         Returns the names {'created': [...], 'updated': [...], 'unchanged': [...], 'deleted': [...]}."""
         names = [s.name for s in schedules]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -445,7 +446,7 @@ class Store:
             raise InvalidInput(f"schedule name {duplicates[0]!r} is defined more than once")
         report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
         with self.connection() as conn, conn.transaction():
-            now = conn.execute(self.sql["schedule_now"], {"now": None}).fetchone()[0]
+            now = conn.execute(self.sql["schedule_now"], {"now": now}).fetchone()[0]
             for s in schedules:
                 params = s.as_dict()
                 params.update(payload=Jsonb(s.payload), next_fire_at=s.first_fire(now))

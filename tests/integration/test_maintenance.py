@@ -1,0 +1,99 @@
+"""The scheduler's maintenance services, `run_once()` against crafted rows."""
+
+from __future__ import annotations
+
+import skiplock
+from skiplock.engine.metrics import Metrics
+from skiplock.engine.store import Store
+from skiplock.scheduler.maintenance import QueueGauges, Reaper, Retention
+from tests.support.harness import metric
+
+
+def _set(db, task_id, sql: str) -> None:
+    db.execute(f"UPDATE skiplock.tasks SET {sql} WHERE id = %s", (task_id,))
+
+
+def test_reaper_requeues_fails_and_cancels_expired_claims(store: Store, db_url, db):
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 4)
+    store.claim(["default"], 4, "gone-worker", 30)
+    expired, exhausted, cancelling, healthy = ids
+    _set(db, expired, "lease_until = now() - interval '1 second'")
+    _set(db, exhausted, "lease_until = now() - interval '1 second', reclaims = 10")
+    _set(db, cancelling, "lease_until = now() - interval '1 second', state = 'cancelling'")
+    metrics = Metrics()
+    assert Reaper(store, metrics, max_reclaims=10).run_once() == {"queued": 1, "failed": 1, "cancelled": 1}
+    states = dict(db.execute("SELECT id, state FROM skiplock.tasks").fetchall())
+    assert states == {expired: "queued", exhausted: "failed", cancelling: "cancelled", healthy: "running"}
+    assert metric(dict(_samples(metrics)), "skiplock_task_reclaims_total", queue="default") == 2
+    assert Reaper(store, metrics, max_reclaims=10).run_once() == {}  # nothing left to do
+
+
+def _samples(metrics: Metrics):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in s.labels.items())
+            yield (f"{s.name}{{{labels}}}" if labels else s.name), s.value
+
+
+def test_retention_deletes_old_finished_tasks_and_their_events_in_batches(store: Store, db_url, db):
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 1205)
+    old_done, recent_done, old_failed, old_cancelled, active = ids[:1200], ids[1200], ids[1201], ids[1202], ids[1203:]
+    db.execute("UPDATE skiplock.tasks SET state = 'completed', finished_at = now() - interval '2 days' "
+               "WHERE id = ANY(%s)", (old_done,))
+    _set(db, recent_done, "state = 'completed', finished_at = now() - interval '1 hour'")
+    _set(db, old_failed, "state = 'failed', finished_at = now() - interval '2 days'")
+    _set(db, old_cancelled, "state = 'cancelled', finished_at = now() - interval '8 days'")
+    metrics = Metrics()
+    retention = Retention(store, metrics, {"completed": 86400, "failed": 7 * 86400, "cancelled": 7 * 86400})
+    assert retention.run_once() == {"completed": 1200, "cancelled": 1}
+    left = set(r[0] for r in db.execute("SELECT id FROM skiplock.tasks").fetchall())
+    assert left == {recent_done, old_failed, *active}
+    orphans = db.execute("SELECT count(*) FROM skiplock.task_events e WHERE NOT EXISTS "
+                         "(SELECT 1 FROM skiplock.tasks t WHERE t.id = e.task_id)").fetchone()[0]
+    assert orphans == 0
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == len(left)
+    assert metric(dict(_samples(metrics)), "skiplock_tasks_deleted_total", state="completed") == 1200
+    # a retention of 0 keeps that state forever
+    assert Retention(store, metrics, {"completed": 0, "failed": 0, "cancelled": 0}).run_once() == {}
+    assert Retention(store, metrics, {"completed": 60}).run_once() == {"completed": 1}
+
+
+def test_gauges_count_only_what_is_claimable_now(store: Store, db_url, db):
+    now_ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 3, queue="main")
+    skiplock.enqueue_many(db_url, "t.noop", [{}] * 5, queue="main", delay=3600)  # waiting (backoff-like)
+    paused_kind = skiplock.enqueue_many(db_url, "t.other", [{}] * 2, queue="main")
+    skiplock.enqueue_many(db_url, "t.noop", [{}] * 4, queue="paused")
+    db.execute("UPDATE skiplock.tasks SET run_after = now() - interval '2 minutes' WHERE id = ANY(%s)",
+               (now_ids,))
+    db.execute("UPDATE skiplock.tasks SET run_after = now() - interval '1 hour' WHERE id = ANY(%s) "
+               "OR queue = 'paused'", (paused_kind,))
+    store.pause("kind", "t.other")
+    store.pause("queue", "paused")
+    running = skiplock.enqueue(db_url, "t.noop", {}, queue="work")
+    store.claim(["work"], 1, "w", 30)
+    metrics = Metrics()
+    gauges = QueueGauges(store, metrics)
+    gauges.run_once()
+    samples = dict(_samples(metrics))
+    # main: 3 claimable (2 min old); 5 wait for run_after; 2 are of a paused kind (1 h old, ignored)
+    assert metric(samples, "skiplock_queue_claimable_tasks", queue="main") == 3
+    age = metric(samples, "skiplock_queue_oldest_pending_age_seconds", queue="main")
+    assert 120 <= age < 180
+    assert metric(samples, "skiplock_queue_tasks", queue="main", state="queued") == 10
+    # a paused queue has nothing claimable, however old
+    assert metric(samples, "skiplock_queue_claimable_tasks", queue="paused") == 0
+    assert metric(samples, "skiplock_queue_oldest_pending_age_seconds", queue="paused") == 0
+    assert metric(samples, "skiplock_queue_tasks", queue="paused", state="queued") == 4
+    assert metric(samples, "skiplock_queue_tasks", queue="work", state="running") == 1
+    # once the work queue's task finishes and main drains, the gauges fall to 0 (not stale)
+    db.execute("UPDATE skiplock.tasks SET state = 'completed', finished_at = now() WHERE id = %s", (running,))
+    db.execute("DELETE FROM skiplock.tasks WHERE queue = 'main'")
+    store.unpause("kind", "t.other")
+    gauges.run_once()
+    samples = dict(_samples(metrics))
+    assert metric(samples, "skiplock_queue_claimable_tasks", queue="main") == 0
+    assert metric(samples, "skiplock_queue_oldest_pending_age_seconds", queue="main") == 0
+    assert metric(samples, "skiplock_queue_tasks", queue="work", state="running") == 0
+    assert metric(samples, "skiplock_queue_tasks", queue="work", state="completed") == 1
