@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import sys
 
-from .engine.errors import ConfigError, DatabaseUnavailable, SkiplockError
+from .engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
 from .engine.settings import Settings
 
 
@@ -28,6 +28,38 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--tasks", help="comma-separated handler modules (SKIPLOCK_TASKS)")
 
     sub.add_parser("scheduler", help="fire due schedules, reap expired leases, export queue gauges")
+
+    api = sub.add_parser("api", help="the HTTP API under gunicorn")
+    api.add_argument("--bind", default="0.0.0.0:8080", help="HOST:PORT to listen on (default 0.0.0.0:8080)")
+    api.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default 2)")
+    api.add_argument("--threads", type=int, default=4, help="request threads per worker (default 4)")
+    sub.add_parser("dispatcher", help="deliver outbox events to webhook endpoints")
+
+    wh = sub.add_parser("webhooks", help="manage webhook endpoints")
+    whs = wh.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = whs.add_parser("add", help="register an endpoint; prints its id and secret (shown once)")
+    add.add_argument("url")
+    add.add_argument("--events", default="task.*",
+                     help="comma-separated event types, or task.* for all (default)")
+    add.add_argument("--secret", help="a whsec_ secret (default: generated)")
+    add.add_argument("--description")
+    whs.add_parser("list", help="show endpoints")
+    for action, text in (("remove", "delete an endpoint and its deliveries"),
+                         ("rotate-secret", "replace an endpoint's secret; prints the new one"),
+                         ("enable", "deliver to an endpoint again (after a 410 disabled it)")):
+        a = whs.add_parser(action, help=text)
+        a.add_argument("id")
+
+    dl = sub.add_parser("deliveries", help="inspect and redeliver webhook deliveries")
+    dls = dl.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = dls.add_parser("list", help="show deliveries")
+    ls.add_argument("--state", choices=("pending", "delivering", "delivered", "dead"))
+    ls.add_argument("--endpoint")
+    ls.add_argument("--limit", type=int, default=50)
+    rd = dls.add_parser("redeliver", help="send dead deliveries again: one by id, or all of an endpoint")
+    target = rd.add_mutually_exclusive_group(required=True)
+    target.add_argument("id", nargs="?")
+    target.add_argument("--endpoint")
 
     sc = sub.add_parser("schedules", help="manage schedules (declarative: apply a file)")
     scs = sc.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -98,6 +130,19 @@ def _run(args) -> int:
                                      tasks=_names(args.tasks))
         return worker.main(settings)
 
+    if args.command == "dispatcher":
+        from . import dispatcher
+
+        return dispatcher.main(Settings.from_env())
+
+    if args.command in ("webhooks", "deliveries"):
+        return _webhooks(args, Settings.from_env())
+
+    if args.command == "api":
+        from . import api
+
+        return api.main(Settings.from_env(), bind=args.bind, workers=args.workers, threads=args.threads)
+
     if args.command == "scheduler":
         from . import scheduler
 
@@ -112,7 +157,6 @@ def _run(args) -> int:
         return dev.main(Settings.from_env(), demo=not args.no_demo)
 
     if args.command == "enqueue":
-        from .engine.errors import InvalidInput
         from .enqueueing import enqueue
 
         settings = Settings.from_env()
@@ -135,6 +179,55 @@ def _run(args) -> int:
         print(task_id)
         return 0
     raise AssertionError(args.command)
+
+
+def _webhooks(args, settings: Settings) -> int:
+    from .engine.store import Store
+    from .engine.webhooks import AddressGuard, check_event_types, check_secret, generate_secret
+
+    if args.command == "webhooks" and args.action == "add":
+        events = check_event_types(args.events)
+        secret = check_secret(args.secret) if args.secret else generate_secret()
+        AddressGuard(settings.webhook_allowed_networks).resolve(args.url)
+    if args.command == "deliveries" and args.action == "list" and not 1 <= args.limit <= 1000:
+        raise InvalidInput(f"--limit {args.limit}: must be 1-1000")
+    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    try:
+        if args.command == "webhooks":
+            if args.action == "add":
+                endpoint = store.add_webhook(args.url, events, secret, args.description)
+                print(f"id: {endpoint.id}")
+                print(f"secret: {secret}   (shown once: store it with the receiver)")
+            elif args.action == "list":
+                endpoints = store.list_webhooks()
+                if not endpoints:
+                    print("no webhook endpoints")
+                for e in endpoints:
+                    state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
+                    print(f"{e.id}  {e.url}  events={','.join(e.event_types)}  {state}  "
+                          f"pending={e.pending} dead={e.dead}")
+            elif args.action == "remove":
+                store.remove_webhook(args.id)
+                print(f"removed: {args.id}")
+            elif args.action == "rotate-secret":
+                secret = generate_secret()
+                store.set_webhook_secret(args.id, secret)
+                print(f"secret: {secret}   (shown once)")
+            else:
+                store.set_webhook_enabled(args.id, True)
+                print(f"enabled: {args.id}")
+        elif args.action == "list":
+            for d in store.list_deliveries(state=args.state, endpoint_id=args.endpoint, limit=args.limit):
+                print(f"{d.id}  {d.event_type}  {d.state}  attempts={d.attempts}  "
+                      f"last_status={d.last_status}  {d.last_error or ''}".rstrip())
+        else:
+            n = store.redeliver(delivery_id=args.id, endpoint_id=args.endpoint)
+            if args.id and not n:
+                raise DeliveryNotFound(f"no dead delivery {args.id}")
+            print(f"{n} deliver{'y' if n == 1 else 'ies'} queued again")
+    finally:
+        store.close()
+    return 0
 
 
 def _schedules(args, settings: Settings) -> int:

@@ -2,7 +2,8 @@
 
 With no SKIPLOCK_DATABASE_URL it starts an embedded Postgres (the `pgserver` package, data under
 .skiplock/ in the current directory), applies migrations, runs a worker on the example handlers
-(plus any SKIPLOCK_TASKS modules) and a scheduler (with a demo schedule), enqueues a small demo
+(plus any SKIPLOCK_TASKS modules), a scheduler (with a demo schedule) and a webhook dispatcher
+(receivers on 127.0.0.0/8 allowed), enqueues a small demo
 workload and prints progress until Ctrl-C.
 Not for production: one process, one embedded server.
 """
@@ -74,6 +75,7 @@ def main(settings: Settings, demo: bool = True) -> int:
     from .engine.lifecycle import Stop, install_signal_handlers
     from .engine.metrics import Metrics, MetricsServer
     from .engine.store import Store
+    from .dispatcher.dispatcher import Dispatcher
     from .scheduler.scheduler import Scheduler
     from .worker.worker import Worker
 
@@ -85,6 +87,9 @@ def main(settings: Settings, demo: bool = True) -> int:
         print(f"[skiplock dev] starting embedded Postgres in {data_dir}/ ...", flush=True)
         url = embedded_postgres(data_dir.resolve())
     settings = settings.replace(database_url=url, tasks=("skiplock.examples.demo", *settings.tasks))
+    if not settings.webhook_allowed_networks:
+        # on a laptop, webhook receivers usually run on this machine
+        settings = settings.replace(webhook_allowed_networks=("127.0.0.0/8", "::1/128"))
     for m in migrate.apply(url, settings.db_schema):
         print(f"[skiplock dev] applied migration {m.path.name}", flush=True)
     import_task_modules(settings.tasks)
@@ -96,6 +101,8 @@ def main(settings: Settings, demo: bool = True) -> int:
     worker = Worker(settings, store, metrics=metrics, stop=stop)
     scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
     threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
+    dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop)
+    threading.Thread(target=dispatcher.run, name="dispatcher", daemon=True).start()
     server = MetricsServer(metrics, settings.metrics_port, worker.ready, host="127.0.0.1").start()
     print(f"[skiplock dev] database {url}", flush=True)
     print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)

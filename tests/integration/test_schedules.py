@@ -215,3 +215,13 @@ def test_jitter_delays_the_task_not_the_nominal_time(store: Store, db):
     run_after, created, key = db.execute("SELECT run_after, created_at, idempotency_key FROM skiplock.tasks").fetchone()
     assert key == idempotency_key("s", T0 + 10 * S)
     assert dt.timedelta(0) <= run_after - created <= dt.timedelta(seconds=30)
+
+
+def test_a_row_that_cannot_be_evaluated_is_postponed_not_spun_on(store: Store, db):
+    store.apply_schedules([Schedule(name="good", kind="k", interval_seconds=10)], now=T0)
+    db.execute("INSERT INTO skiplock.schedules (name, kind, interval_seconds, timezone, next_fire_at) "
+               "VALUES ('broken', 'k', 60, 'Mars/Olympus', %s)", (T0,))
+    counts = Firer(store, Metrics()).run_once(now=T0 + 10 * S)
+    assert counts.fired == 1  # the good schedule still fires
+    broken = db.execute("SELECT next_fire_at FROM skiplock.schedules WHERE name = 'broken'").fetchone()[0]
+    assert broken == T0 + 70 * S  # looked at again in a minute, not at every tick

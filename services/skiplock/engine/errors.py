@@ -70,3 +70,60 @@ class LeaseLost(SkiplockError):
 
     code = "task.lease_lost"
     status = 409
+
+
+class WebhookAddressRefused(InvalidInput):
+    """A webhook URL resolves to an address deliveries may not reach (SSRF guard)."""
+
+    code = "webhook.address_refused"
+    status = 400
+
+
+class WebhookNotFound(SkiplockError):
+    code = "webhook.not_found"
+    status = 404
+
+
+class DeliveryNotFound(SkiplockError):
+    code = "delivery.not_found"
+    status = 404
+
+
+# ---- the HTTP API (services/skiplock/api) ---------------------------------------------------
+
+class IdempotencyConflict(SkiplockError):
+    """An Idempotency-Key already names a task submitted with another body."""
+
+    code = "task.idempotency_conflict"
+    status = 409
+
+
+class ScheduleExists(SkiplockError):
+    """POST /v1/schedules names a schedule that exists (PATCH changes one)."""
+
+    code = "schedule.exists"
+    status = 409
+
+
+class Unauthorized(SkiplockError):
+    """No bearer token, or one that matches no configured token."""
+
+    code = "auth.unauthorized"
+    status = 401
+
+
+class Forbidden(SkiplockError):
+    """A valid token whose role is too weak for the route."""
+
+    code = "auth.forbidden"
+    status = 403
+
+
+class RouteNotFound(SkiplockError):
+    code = "request.not_found"
+    status = 404
+
+
+class MethodNotAllowed(SkiplockError):
+    code = "request.method_not_allowed"
+    status = 405

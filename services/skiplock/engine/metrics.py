@@ -69,6 +69,19 @@ class Metrics:
         self.tasks_deleted = Counter("skiplock_tasks_deleted_total",
                                      "Finished tasks deleted by retention.", ["state"], registry=r)
 
+        # dispatcher
+        self.outbox_pending = Gauge("skiplock_outbox_pending",
+                                    "Webhook deliveries pending or in flight.", registry=r)
+        self.outbox_oldest_age = Gauge("skiplock_outbox_oldest_pending_age_seconds",
+                                       "Age of the oldest webhook delivery not yet delivered or dead.",
+                                       registry=r)
+        self.webhook_deliveries = Counter("skiplock_webhook_deliveries_total",
+                                          "Delivery attempts by outcome (delivered, retry, dead, gone, released).",
+                                          ["outcome"], registry=r)
+        self.webhook_delivery_seconds = Histogram("skiplock_webhook_delivery_seconds",
+                                                  "Time of one delivery attempt, resolution to response.",
+                                                  buckets=_DURATION_BUCKETS, registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

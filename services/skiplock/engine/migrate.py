@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-from .errors import MigrationError
+from .errors import ConfigError, MigrationError
 from .queries import qualify
 from .store import connect
 
@@ -80,6 +80,14 @@ def pending(url: str, schema: str = "skiplock") -> list[Migration]:
         applied = _applied(conn, schema)
     _check_unchanged(available, applied)
     return [m for m in available if m.version not in applied]
+
+
+def require_current(url: str, schema: str = "skiplock") -> None:
+    """What every role checks before it starts: refuse a database with pending migrations."""
+    waiting = pending(url, schema)
+    if waiting:
+        raise ConfigError(f"database schema {schema!r} is not migrated ({len(waiting)} pending, "
+                          f"first {waiting[0].path.name}): run `skiplock migrate`")
 
 
 def _check_unchanged(available: list[Migration], applied: dict[str, str]) -> None:

@@ -200,3 +200,17 @@ class Settlement(NamedTuple):
     message: str | None = None
     deadline_seconds: float | None = None
     kind_max_attempts: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditEntry:
+    """One row of the API's audit log."""
+
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str | None
+    request_id: str | None
+    outcome: str
+    detail: Any

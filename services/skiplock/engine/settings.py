@@ -8,15 +8,20 @@ This module reads the environment only when `Settings.from_env()` is called.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from .errors import ConfigError, InvalidInput
 
 PREFIX = "SKIPLOCK_"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# API roles, weakest first: each can do what the ones before it can
+API_ROLES = ("reader", "submitter", "admin")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_name(what: str, value: object, variable: str | None = None) -> str:
@@ -56,6 +61,15 @@ class Settings:
     retain_completed_seconds: float = 86400.0
     retain_failed_seconds: float = 7 * 86400.0
     retain_cancelled_seconds: float = 7 * 86400.0
+    webhook_allowed_networks: tuple[str, ...] = ()
+    webhook_concurrency: int = 16
+    webhook_lease_seconds: float = 30.0
+    webhook_timeout_seconds: float = 10.0
+    webhook_max_attempts: int = 8
+    webhook_retry_base_seconds: float = 1.0
+    webhook_retry_cap_seconds: float = 900.0
+    api_tokens: tuple["ApiToken", ...] = ()
+    api_auth: str = "enabled"
     log_format: str = "json"
     log_level: str = "INFO"
 
@@ -102,6 +116,28 @@ class Settings:
                                 ("RETAIN_CANCELLED_SECONDS", self.retain_cancelled_seconds)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0 keeps them forever)")
+        if self.webhook_concurrency < 1:
+            raise ConfigError(f"SKIPLOCK_WEBHOOK_CONCURRENCY={self.webhook_concurrency}: must be a positive integer")
+        if self.webhook_max_attempts < 1:
+            raise ConfigError(f"SKIPLOCK_WEBHOOK_MAX_ATTEMPTS={self.webhook_max_attempts}: must be a positive integer")
+        for variable, value in (("WEBHOOK_LEASE_SECONDS", self.webhook_lease_seconds),
+                                ("WEBHOOK_TIMEOUT_SECONDS", self.webhook_timeout_seconds),
+                                ("WEBHOOK_RETRY_BASE_SECONDS", self.webhook_retry_base_seconds),
+                                ("WEBHOOK_RETRY_CAP_SECONDS", self.webhook_retry_cap_seconds)):
+            if value <= 0:
+                raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be > 0")
+        if self.webhook_timeout_seconds >= self.webhook_lease_seconds:
+            raise ConfigError(f"SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS={self.webhook_timeout_seconds:g}: must be < "
+                              f"SKIPLOCK_WEBHOOK_LEASE_SECONDS ({self.webhook_lease_seconds:g}), or an attempt "
+                              "still sending could be handed to another dispatcher")
+        for net in self.webhook_allowed_networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ConfigError(f"SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS: {net!r} is not a CIDR network "
+                                  "(e.g. 10.0.0.0/8)") from None
+        if self.api_auth not in ("enabled", "disabled"):
+            raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
         if self.log_format not in ("json", "text"):
             raise ConfigError(f"SKIPLOCK_LOG_FORMAT={self.log_format!r}: must be json or text")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -147,11 +183,54 @@ class Settings:
             retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS", 86400.0),
             retain_failed_seconds=env.number("RETAIN_FAILED_SECONDS", 7 * 86400.0),
             retain_cancelled_seconds=env.number("RETAIN_CANCELLED_SECONDS", 7 * 86400.0),
+            webhook_allowed_networks=env.names("WEBHOOK_ALLOWED_NETWORKS", ()),
+            webhook_concurrency=env.integer("WEBHOOK_CONCURRENCY", 16),
+            webhook_lease_seconds=env.number("WEBHOOK_LEASE_SECONDS", 30.0),
+            webhook_timeout_seconds=env.number("WEBHOOK_TIMEOUT_SECONDS", 10.0),
+            webhook_max_attempts=env.integer("WEBHOOK_MAX_ATTEMPTS", 8),
+            webhook_retry_base_seconds=env.number("WEBHOOK_RETRY_BASE_SECONDS", 1.0),
+            webhook_retry_cap_seconds=env.number("WEBHOOK_RETRY_CAP_SECONDS", 900.0),
+            api_tokens=parse_api_tokens(env.text("API_TOKENS", "")),
+            api_auth=env.text("API_AUTH", "enabled").lower(),
             log_format=env.text("LOG_FORMAT", "json").lower(),
             log_level=env.text("LOG_LEVEL", "INFO").upper(),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+class ApiToken(NamedTuple):
+    """One API credential: who (named in the audit log), what it may do, and the SHA-256 of the
+    bearer token (hex). The token itself is never configured or stored."""
+
+    name: str
+    role: str
+    sha256: str
+
+
+def parse_api_tokens(text: str, variable: str = "SKIPLOCK_API_TOKENS") -> tuple[ApiToken, ...]:
+    """`name:role:sha256hex` entries separated by commas or newlines; `#` starts a comment.
+    Messages name the entry, never echo its third field (someone may have pasted a raw token)."""
+    tokens: list[ApiToken] = []
+    entries = [part.strip() for line in text.splitlines() for part in line.split("#", 1)[0].split(",")]
+    for number, entry in enumerate(filter(None, entries), 1):
+        fields = [f.strip() for f in entry.rsplit(":", 2)]
+        if len(fields) != 3:
+            raise ConfigError(f"{variable}: entry {number} is not name:role:sha256-of-token")
+        name, role, digest = fields
+        if not NAME_RE.match(name):
+            raise ConfigError(f"{variable}: entry {number}: invalid token name {name!r}: use 1-64 letters, "
+                              "digits, '_', '.', ':' or '-'")
+        if role not in API_ROLES:
+            raise ConfigError(f"{variable}: entry {number} ({name}): role {role!r} must be one of "
+                              f"{', '.join(API_ROLES)}")
+        if not _SHA256_HEX.match(digest.lower()):
+            raise ConfigError(f"{variable}: entry {number} ({name}): the third field must be the SHA-256 "
+                              "of the token as 64 hex digits (e.g. `printf %s TOKEN | sha256sum`)")
+        if any(t.name == name for t in tokens):
+            raise ConfigError(f"{variable}: token name {name!r} is listed twice")
+        tokens.append(ApiToken(name, role, digest.lower()))
+    return tuple(tokens)
 
 
 class EnvReader:

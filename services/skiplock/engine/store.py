@@ -12,7 +12,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, NamedTuple
 
@@ -27,11 +27,14 @@ from .errors import (
     MigrationError,
     PayloadTooLarge,
     ScheduleNotFound,
+    WebhookNotFound,
+    DeliveryNotFound,
+    IdempotencyConflict,
     TaskNotCancellable,
     TaskNotFound,
     TaskNotResumable,
 )
-from .model import ClaimedTask, Settlement, Task, TaskEvent, uuid7
+from .model import AuditEntry, ClaimedTask, Settlement, Task, TaskEvent, uuid7
 from .schedules import Schedule, ScheduleStatus, TickPlan, idempotency_key
 from .settings import check_name
 
@@ -372,6 +375,86 @@ class Store:
     def unpause(self, scope: str, name: str) -> None:
         self._fetch("pause_clear", {"scope": scope, "name": name, "channel": self.channel})
 
+    # -- api
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """A store whose every call runs on one connection, in one transaction that commits when
+        the block ends (rolls back if it raises). The API commits a change and its audit row
+        this way. A method that opens a transaction of its own runs in a savepoint of this one."""
+        with self.connection() as conn, conn.transaction():
+            yield _BoundStore(self, conn)
+
+    def submit(self, specs: Sequence[TaskSpec], fingerprints: Sequence[str | None],
+               deadlines: Sequence[dt.datetime | None]) -> list[tuple[uuid.UUID, bool]]:
+        """Enqueue API submissions; returns (task id, created) per spec, in order.
+
+        Call it on the store `transaction()` yields, at the top level of that transaction (not in
+        a savepoint): whether a keyed task is this request's own is read from the row's xmin.
+        A key that names a task submitted with the same fingerprint is a replay (created False);
+        with another fingerprint it is IdempotencyConflict, and nothing of this call remains."""
+        with self.connection() as conn:
+            ids = insert_tasks(conn, specs, self.schema, self.channel)
+            created = [True] * len(specs)
+            keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None]
+            if keyed:
+                rows = {row[0]: row[1:] for row in conn.execute(
+                    self.sql["task_submitted"], {"ids": [ids[i] for i in keyed]}).fetchall()}
+                first: dict[uuid.UUID, int] = {}
+                for i in keyed:
+                    key = specs[i].idempotency_key
+                    if ids[i] not in rows:
+                        # retention deleted the key's task between our insert and this read
+                        raise IdempotencyConflict(f"Idempotency-Key {key!r}: its task was just deleted; retry")
+                    request_hash, mine, *stored = rows[ids[i]]
+                    if mine and ids[i] not in first:
+                        first[ids[i]] = i
+                        continue
+                    created[i] = False
+                    if mine:  # the key twice in one batch: the first occurrence made the task
+                        same = fingerprints[first[ids[i]]] == fingerprints[i]
+                    elif request_hash is not None:
+                        same = request_hash == fingerprints[i]
+                    else:  # enqueued by the library or the CLI: compare what both have
+                        s = specs[i]
+                        same = tuple(stored) == (s.kind, s.queue, s.priority, s.payload if s.payload is not None
+                                                 else {}, s.max_attempts)
+                    if not same:
+                        raise IdempotencyConflict(f"Idempotency-Key {key!r} was used for task {ids[i]} "
+                                                  "with a different body")
+            annotate = [i for i, s in enumerate(specs) if created[i]
+                        and (deadlines[i] is not None or (s.idempotency_key is not None and fingerprints[i]))]
+            if annotate:
+                conn.execute(self.sql["task_annotate"], dict(
+                    ids=[ids[i] for i in annotate], hashes=[fingerprints[i] for i in annotate],
+                    deadlines=[deadlines[i] for i in annotate]))
+        return list(zip(ids, created))
+
+    def list_tasks(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
+                   created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
+                   cursor: uuid.UUID | None = None, limit: int = 50) -> list[Task]:
+        """Newest first; `cursor` is the id of the last task of the previous page."""
+        rows = self._fetch("task_list", dict(queue=queue, state=state, kind=kind, created_after=created_after,
+                                             created_before=created_before, cursor=cursor, limit=limit))
+        return [Task(*row) for row in rows]
+
+    def lock_schedule(self, name: str) -> None:
+        """Hold a schedule's row until the transaction ends (call on `transaction()`'s store)."""
+        if not self._fetch("schedule_lock", {"name": name}):
+            raise ScheduleNotFound(f"schedule {name!r} not found")
+
+    def audit(self, *, actor: str, action: str, target: str | None, request_id: str | None,
+              outcome: str, detail: dict | None = None) -> int:
+        """Append an audit row; on `transaction()`'s store it commits with the change it records."""
+        return self._fetch("audit_insert", dict(actor=actor, action=action, target=target, request_id=request_id,
+                                                outcome=outcome, detail=_jsonb(detail)))[0][0]
+
+    def audit_entries(self, *, action: str | None = None, actor: str | None = None, target: str | None = None,
+                      cursor: int | None = None, limit: int = 50) -> list[AuditEntry]:
+        """Newest first; `cursor` is the id of the last entry of the previous page."""
+        rows = self._fetch("audit_list", dict(action=action, actor=actor, target=target, cursor=cursor,
+                                              limit=limit))
+        return [AuditEntry(*row) for row in rows]
+
     # -- schedules
     def fire_due_schedules(self, decide: Callable[[Schedule, dict, dt.datetime], TickPlan], *,
                            now: dt.datetime | None = None, limit: int = 50,
@@ -392,7 +475,9 @@ class Store:
                 except InvalidInput as exc:
                     # edited in the table by hand, or a time zone this tzdata lacks: leave it for
                     # an operator instead of failing every other schedule's tick
-                    log.error("schedule cannot be evaluated; skipped", extra={"schedule": name, "error": str(exc)})
+                    log.error("schedule cannot be evaluated; retried in a minute",
+                              extra={"schedule": name, "error": str(exc)})
+                    conn.execute(self.sql["schedule_postpone"], {"name": name, "now": now})
                     continue
                 state = dict(next_fire_at=row[13], buffered_fire_at=row[14], last_task_id=row[15],
                              previous_state=row[16])
@@ -510,6 +595,176 @@ class Store:
                 claimable = conn.execute(self.sql["queue_claimable"]).fetchall()
         return counts, claimable
 
+    # -- webhooks and the outbox
+    def _sync_outbox_trigger(self, conn: psycopg.Connection) -> None:
+        """Fan-out costs nothing while no endpoint is enabled: the trigger is switched off.
+        Called under webhook_endpoints_lock, after the change, in the same transaction."""
+        enabled = conn.execute(self.sql["webhook_endpoints_any_enabled"]).fetchone()[0]
+        conn.execute(self.sql["outbox_trigger_enable" if enabled else "outbox_trigger_disable"])
+
+    def add_webhook(self, url: str, event_types: Sequence[str], secret: str,
+                    description: str | None = None) -> WebhookEndpoint:
+        endpoint_id = uuid7()
+        with self.connection() as conn, conn.transaction():
+            conn.execute(self.sql["webhook_endpoints_lock"])
+            conn.execute(self.sql["webhook_endpoint_insert"], dict(
+                id=endpoint_id, url=url, secret=secret, event_types=list(event_types), description=description))
+            self._sync_outbox_trigger(conn)
+        return self.get_webhook(endpoint_id)
+
+    def list_webhooks(self, endpoint_id: uuid.UUID | str | None = None) -> list[WebhookEndpoint]:
+        key = None if endpoint_id is None else _parse_uuid(endpoint_id, WebhookNotFound, "webhook")
+        return [WebhookEndpoint(*row) for row in self._fetch("webhook_endpoint_list", {"id": key})]
+
+    def get_webhook(self, endpoint_id: uuid.UUID | str) -> WebhookEndpoint:
+        found = self.list_webhooks(endpoint_id)
+        if not found:
+            raise WebhookNotFound(f"webhook endpoint {endpoint_id} not found")
+        return found[0]
+
+    def remove_webhook(self, endpoint_id: uuid.UUID | str) -> None:
+        """Deletes the endpoint and its deliveries (pending ones are not sent)."""
+        key = _parse_uuid(endpoint_id, WebhookNotFound, "webhook")
+        with self.connection() as conn, conn.transaction():
+            conn.execute(self.sql["webhook_endpoints_lock"])
+            if not conn.execute(self.sql["webhook_endpoint_delete"], {"id": key}).fetchall():
+                raise WebhookNotFound(f"webhook endpoint {endpoint_id} not found")
+            self._sync_outbox_trigger(conn)
+
+    def set_webhook_secret(self, endpoint_id: uuid.UUID | str, secret: str) -> None:
+        key = _parse_uuid(endpoint_id, WebhookNotFound, "webhook")
+        if not self._fetch("webhook_endpoint_set_secret", {"id": key, "secret": secret}):
+            raise WebhookNotFound(f"webhook endpoint {endpoint_id} not found")
+
+    def set_webhook_enabled(self, endpoint_id: uuid.UUID | str, enabled: bool, reason: str | None = None) -> None:
+        key = _parse_uuid(endpoint_id, WebhookNotFound, "webhook")
+        with self.connection() as conn, conn.transaction():
+            conn.execute(self.sql["webhook_endpoints_lock"])
+            if not conn.execute(self.sql["webhook_endpoint_set_enabled"], dict(
+                    id=key, enabled=enabled, reason=None if enabled else reason)).fetchall():
+                raise WebhookNotFound(f"webhook endpoint {endpoint_id} not found")
+            self._sync_outbox_trigger(conn)
+
+    def claim_deliveries(self, limit: int, owner: str, lease_seconds: float) -> list[Delivery]:
+        rows = self._fetch("webhook_delivery_claim", dict(limit=limit, owner=owner, lease_seconds=lease_seconds))
+        return [Delivery(*row) for row in rows]
+
+    def settle_deliveries(self, outcomes: Sequence[dict]) -> dict[uuid.UUID, str]:
+        """Fenced outcomes [{id, token, outcome, status, error, delay}]; returns {id: new state}
+        for those applied (a missing id lost its lease)."""
+        if not outcomes:
+            return {}
+        rows = [{k: (str(v) if k == "id" else v) for k, v in o.items() if v is not None} for o in outcomes]
+        return dict(self._fetch("webhook_delivery_settle", {"outcomes": Jsonb(rows)}))
+
+    def heartbeat_deliveries(self, leases: Sequence[tuple[uuid.UUID, int]], lease_seconds: float) -> set[uuid.UUID]:
+        if not leases:
+            return set()
+        rows = self._fetch("webhook_delivery_heartbeat", dict(
+            ids=[i for i, _ in leases], tokens=[t for _, t in leases], lease_seconds=lease_seconds))
+        return {r[0] for r in rows}
+
+    def list_deliveries(self, *, state: str | None = None, endpoint_id: uuid.UUID | str | None = None,
+                        after: uuid.UUID | str | None = None, limit: int = 100) -> list[DeliveryRecord]:
+        rows = self._fetch("webhook_delivery_list", dict(
+            state=state, limit=limit,
+            endpoint_id=None if endpoint_id is None else _parse_uuid(endpoint_id, WebhookNotFound, "webhook"),
+            after=None if after is None else _parse_uuid(after, InvalidInput, "cursor")))
+        return [DeliveryRecord(*row) for row in rows]
+
+    def redeliver(self, *, delivery_id: uuid.UUID | str | None = None,
+                  endpoint_id: uuid.UUID | str | None = None) -> int:
+        """Dead deliveries back to pending, with a fresh attempt budget: one, or all of an endpoint."""
+        params = dict(id=None, endpoint_id=None)
+        if delivery_id is not None:
+            params["id"] = _parse_uuid(delivery_id, DeliveryNotFound, "delivery")
+        elif endpoint_id is not None:
+            params["endpoint_id"] = _parse_uuid(endpoint_id, WebhookNotFound, "webhook")
+        else:
+            raise InvalidInput("redeliver: give a delivery id or an endpoint id")
+        return len(self._fetch("webhook_delivery_redeliver", params))
+
+    def outbox_stats(self) -> tuple[int, float]:
+        """(deliveries pending or in flight, age in seconds of the oldest of them)."""
+        count, age = self._fetch("outbox_stats", {})[0]
+        return count, age
+
+    def delete_old_deliveries(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
+        return len(self._fetch("webhook_delivery_delete_old", dict(state=state, older_than=older_than_seconds,
+                                                                   limit=limit)))
+
+
+class WebhookEndpoint(NamedTuple):
+    id: uuid.UUID
+    url: str
+    event_types: list[str]
+    description: str | None
+    enabled: bool
+    disabled_reason: str | None
+    created_at: dt.datetime
+    pending: int
+    dead: int
+
+
+class Delivery(NamedTuple):
+    """A claimed delivery attempt: what the dispatcher needs to send it and fence its outcome."""
+
+    id: uuid.UUID
+    event_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    url: str
+    secret: str
+    event_type: str
+    payload: Any
+    attempts: int  # attempts made before this one
+    lease_token: int
+    created_at: dt.datetime
+
+
+class DeliveryRecord(NamedTuple):
+    id: uuid.UUID
+    event_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    event_type: str
+    payload: Any
+    state: str
+    attempts: int
+    next_attempt_at: dt.datetime
+    last_status: int | None
+    last_error: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    delivered_at: dt.datetime | None
+
+
+def _parse_uuid(value: uuid.UUID | str, error: type[Exception], what: str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise error(f"{what} id {value!r} is not a UUID") from None
+
+
+class _BoundStore(Store):
+    """The store `Store.transaction()` yields: every call runs on the one connection it holds."""
+
+    def __init__(self, parent: Store, conn: psycopg.Connection):
+        # not super().__init__(): that would build a second pool; share the parent's state
+        self.__dict__.update(parent.__dict__)
+        self._conn = conn
+
+    @contextmanager
+    def connection(self):
+        with translated_errors():
+            yield self._conn
+
+    def open(self, wait: bool = False) -> "Store":
+        raise TypeError("a transaction's store has no pool of its own")
+
+    def close(self) -> None:
+        raise TypeError("a transaction's store has no pool of its own")
+
 
 class FiredSchedule(NamedTuple):
     """What a tick did to one schedule."""
@@ -522,9 +777,4 @@ class FiredSchedule(NamedTuple):
 
 
 def _parse_id(task_id: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(task_id, uuid.UUID):
-        return task_id
-    try:
-        return uuid.UUID(str(task_id))
-    except ValueError:
-        raise TaskNotFound(f"task {task_id!r} not found (not a task id)") from None
+    return _parse_uuid(task_id, TaskNotFound, "task")

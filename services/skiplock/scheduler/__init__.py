@@ -6,7 +6,6 @@ from __future__ import annotations
 def main(settings) -> int:
     """Entry: settings -> logging -> metrics -> store -> schedules file -> scheduler -> run."""
     from ..engine import logs, migrate
-    from ..engine.errors import ConfigError
     from ..engine.lifecycle import Stop, install_signal_handlers
     from ..engine.metrics import Metrics, MetricsServer
     from ..engine.schedules import load_file
@@ -15,10 +14,7 @@ def main(settings) -> int:
 
     logs.setup(settings.log_format, settings.log_level)
     url = settings.require_database_url()
-    waiting = migrate.pending(url, settings.db_schema)
-    if waiting:
-        raise ConfigError(f"database schema {settings.db_schema!r} is not migrated ({len(waiting)} pending, "
-                          f"first {waiting[0].path.name}): run `skiplock migrate`")
+    migrate.require_current(url, settings.db_schema)
     definitions = load_file(settings.schedules_file, "SKIPLOCK_SCHEDULES_FILE") if settings.schedules_file else None
     stop = Stop()
     install_signal_handlers(stop)

@@ -43,8 +43,8 @@ class Reaper:
 
 
 class Retention:
-    """Deletes finished tasks (with their events) past their state's retention, and old
-    schedule decisions, in batches."""
+    """Deletes finished tasks (with their events) past their state's retention, old schedule
+    decisions and old webhook deliveries, in batches."""
 
     def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float]):
         self.store, self.metrics = store, metrics
@@ -68,6 +68,15 @@ class Retention:
                 n = self.store.delete_old_fires(keep_fires, limit=BATCH)
                 if n:
                     deleted["schedule_fires"] = deleted.get("schedule_fires", 0) + n
+                if n < BATCH:
+                    break
+        # webhook deliveries: delivered ones like completed tasks, dead letters like failed tasks
+        for state, task_state in (("delivered", "completed"), ("dead", "failed")):
+            seconds = self.retain.get(task_state)
+            for _ in range(MAX_BATCHES if seconds else 0):
+                n = self.store.delete_old_deliveries(state, seconds, limit=BATCH)
+                if n:
+                    deleted[f"deliveries_{state}"] = deleted.get(f"deliveries_{state}", 0) + n
                 if n < BATCH:
                     break
         if deleted:

@@ -17,10 +17,7 @@ def main(settings) -> int:
     url = settings.require_database_url()
     from ..engine import migrate
 
-    waiting = migrate.pending(url, settings.db_schema)
-    if waiting:
-        raise ConfigError(f"database schema {settings.db_schema!r} is not migrated ({len(waiting)} pending, "
-                          f"first {waiting[0].path.name}): run `skiplock migrate`")
+    migrate.require_current(url, settings.db_schema)
     import_task_modules(settings.tasks)
     if not len(REGISTRY):
         raise ConfigError("SKIPLOCK_TASKS: no task handlers registered; name the modules that define "

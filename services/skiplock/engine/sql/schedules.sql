@@ -36,6 +36,12 @@ SET next_fire_at = %(next_fire_at)s,
     updated_at = now()
 WHERE name = %(name)s;
 
+-- name: schedule_postpone
+-- A row the scheduler cannot evaluate (edited by hand, a time zone this tzdata lacks) is looked
+-- at again later instead of at every tick, so it neither floods the log nor starves other rows.
+UPDATE skiplock.schedules SET next_fire_at = %(now)s + interval '1 minute', updated_at = now()
+WHERE name = %(name)s;
+
 -- name: schedule_fire_record
 -- A buffered time that fires later turns its 'buffered' row into 'fired'; any other decision
 -- about a time already decided is refused by the primary key.
