@@ -1,0 +1,54 @@
+"""The API role: `skiplock api`, the HTTP API under gunicorn. See api/app.py.
+
+Import-safe: nothing here imports Flask or prometheus_client at module level, because `main()`
+must point PROMETHEUS_MULTIPROC_DIR at a fresh directory before prometheus_client is imported
+(it picks its storage then).
+"""
+
+from __future__ import annotations
+
+
+def create_app(settings=None, **kwargs):
+    """The Flask app (see api/app.py)."""
+    from .app import create_app as build
+
+    return build(settings, **kwargs)
+
+
+def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int = 4) -> int:
+    """Entry: settings -> logging -> auth check -> migrations check -> metrics dir -> gunicorn."""
+    import os
+    import shutil
+    import tempfile
+
+    from ..engine import logs, migrate
+    from ..engine.errors import ConfigError
+    from .auth import Authenticator
+
+    logs.setup(settings.log_format, settings.log_level)
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: must be a positive integer")
+    if threads < 1:
+        raise ConfigError(f"--threads {threads}: must be a positive integer")
+    Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")  # fail closed, before serving
+    url = settings.require_database_url()
+    waiting = migrate.pending(url, settings.db_schema)
+    if waiting:
+        raise ConfigError(f"database schema {settings.db_schema!r} is not migrated ({len(waiting)} pending, "
+                          f"first {waiting[0].path.name}): run `skiplock migrate`")
+    # fresh per run: files left by an earlier run would be summed into this one's counters
+    parent = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    try:
+        metrics_dir = tempfile.mkdtemp(prefix="skiplock-api-metrics-", dir=parent)
+    except OSError as exc:
+        raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR={parent}: cannot create a directory in it ({exc.strerror})") from None
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        from .server import ApiServer
+
+        ApiServer(settings, bind=bind, workers=workers, threads=threads).run()
+    except SystemExit as exc:  # gunicorn's arbiter leaves through sys.exit
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0

@@ -1,0 +1,154 @@
+"""The Flask application of the HTTP API: `create_app(settings=None)`.
+
+It registers one blueprint per resource and runs, before every view, what each route's
+declaration asks for (operations.py): authentication and role, then the path, query, header and
+body validation, so a view only ever sees valid input. Every failure leaves through one
+`error_response()` (render.py) as {"error": {"code", "message"}} — unknown routes, wrong
+methods and unexpected exceptions included, never an HTML page or a traceback.
+Building an app opens the store's pool (in the background); it serves no request by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import time
+
+from flask import Flask, Response, current_app, g, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+
+from ..engine.errors import (DatabaseUnavailable, Forbidden, InvalidInput, MethodNotAllowed as MethodRefused,
+                             PayloadTooLarge, RouteNotFound, SkiplockError, Unauthorized)
+from ..engine.model import uuid7
+from ..engine.settings import Settings
+from ..engine.store import Store
+from .audit import record_refusal
+from .auth import Authenticator
+from .context import KEY, ApiContext, api
+from .metrics import ApiMetrics
+from .render import error_response
+from .schema import parse_json, parse_query, read_body, type_name
+
+log = logging.getLogger("skiplock.api")
+
+# One blueprint per resource, in the order the document lists them; adding a resource is one
+# more name here (its module defines `bp`).
+RESOURCES = ("health", "openapi", "tasks", "queues", "schedules", "audit")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask:
+    settings = settings or Settings.from_env()
+    # refuses to build an open API by accident: before anything is started
+    auth = Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")
+    url = settings.require_database_url()
+    app = Flask(__name__, static_folder=None)
+    app.config.update(PROVIDE_AUTOMATIC_OPTIONS=False)  # no OPTIONS: routes declare their methods
+    for name in RESOURCES:
+        app.register_blueprint(importlib.import_module(f"{__package__}.{name}").bp)
+    store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api").open()
+    app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics())
+    app.before_request(_prepare)
+    app.after_request(_finish)
+    app.register_error_handler(SkiplockError, _skiplock_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error)
+    return app
+
+
+def close_app(app: Flask) -> None:
+    """Close the app's pool (gunicorn's worker_exit, tests)."""
+    app.extensions[KEY].store.close()
+
+
+def _prepare() -> None:
+    g.started = time.perf_counter()
+    supplied = request.headers.get("X-Request-Id", "")
+    g.request_id = supplied if _REQUEST_ID.match(supplied) else uuid7().hex
+    g.principal = None
+    view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
+    op = g.operation = getattr(view, "operation", None)
+    ctx = api()
+    if op is None:
+        # no route or no such method: the routing error answers (404 / 405), but under /v1/ only
+        # to a valid token, so that without one no path tells whether it exists
+        if request.path.startswith("/v1/"):
+            g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
+        return
+    if op.role is not None:
+        g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
+        ctx.auth.require(g.principal, op.role, f"{op.method} {op.rule}")
+    for name, field in op.path.items():
+        request.view_args[name] = field.from_text(request.view_args[name], name)
+    g.query = parse_query(op.query, request.args)
+    g.headers = {name: None if request.headers.get(name) is None else field.from_text(request.headers[name], name)
+                 for name, field in op.headers.items()}
+    g.body = None
+    if op.body is not None:
+        limit = op.max_body(ctx.settings) if callable(op.max_body) else op.max_body
+        raw = read_body(request.stream, request.content_length, limit)
+        if not raw.strip():
+            if op.body_required:
+                raise InvalidInput("body: required (a JSON object)")
+            g.body = op.body.parse({}, "")
+        else:
+            value = parse_json(raw)
+            if not isinstance(value, dict):
+                raise InvalidInput(f"body: must be a JSON object, not {type_name(value)}")
+            g.body = op.body.parse(value, "")
+
+
+def _finish(response: Response) -> Response:
+    route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    elapsed = time.perf_counter() - g.get("started", time.perf_counter())
+    api().metrics.observe(request.method, route, response.status_code, elapsed)
+    response.headers["X-Request-Id"] = g.get("request_id", "")
+    return response
+
+
+def _skiplock_error(exc: SkiplockError) -> Response:
+    headers = {}
+    if isinstance(exc, (Unauthorized, Forbidden)):
+        log.warning("request refused", extra={"code": exc.code, "method": request.method, "path": request.path,
+                                              "request_id": g.get("request_id")})
+        if isinstance(exc, Unauthorized):
+            headers["WWW-Authenticate"] = 'Bearer realm="skiplock"'
+    elif exc.status >= 500:
+        log.error("request failed", extra={"code": exc.code, "error": str(exc), "request_id": g.get("request_id")})
+        if isinstance(exc, DatabaseUnavailable):
+            headers["Retry-After"] = "1"
+    elif request.method != "GET" and g.get("principal") is not None:
+        record_refusal(exc)
+    return error_response(exc, headers)
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 200 else path[:197] + "..."
+
+
+def _http_error(exc: HTTPException) -> Response:
+    headers = {}
+    if isinstance(exc, NotFound):
+        error: SkiplockError = RouteNotFound(f"no route {request.method} {_short(request.path)}")
+    elif isinstance(exc, MethodNotAllowed):
+        allowed = sorted(set(exc.valid_methods or ()) - {"HEAD", "OPTIONS"})
+        error = MethodRefused(f"{request.method} is not allowed on {_short(request.path)} "
+                              f"(allowed: {', '.join(allowed)})")
+        headers["Allow"] = ", ".join(allowed)
+    elif isinstance(exc, RequestEntityTooLarge):
+        error = PayloadTooLarge("request body too large")
+    else:  # anything else werkzeug raises (a malformed request line, ...): its status, our shape
+        error = SkiplockError(exc.description or exc.name)
+        error.code = "request." + re.sub(r"[^a-z]+", "_", (exc.name or "error").lower()).strip("_")
+        error.status = exc.code or 400
+    return error_response(error, headers)
+
+
+def _unexpected_error(exc: Exception) -> Response:
+    log.exception("unhandled error in a request", extra={"request_id": g.get("request_id"),
+                                                         "method": request.method, "path": request.path})
+    error = SkiplockError(f"internal error (request id {g.get('request_id')})")
+    error.code = "internal.error"
+    return error_response(error)

@@ -1,0 +1,101 @@
+"""The audit log: every mutating request that passed authentication leaves one row naming the
+token, the action, its target, the request id and the outcome.
+
+A change and its row commit together: the view makes the change inside `audited()`, on the
+store of one transaction, and the row is inserted in that transaction before it commits. A
+refused request (bad input, not found, conflict) changes nothing; `record_refusal()` writes its
+row on its own afterwards. Requests without a valid token or with too weak a role are not
+recorded here (anyone could fill the table); they are logged.
+Also GET /v1/audit, which lists the rows (admin).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from flask import Blueprint, g, request
+
+from ..engine.errors import SkiplockError
+from ..engine.store import Store
+from .context import api
+from .operations import operation
+from .render import AUDIT_ENTRY, audit_json, json_response, page
+from .schema import Integer, Name, String
+
+log = logging.getLogger("skiplock.api.audit")
+
+bp = Blueprint("audit", __name__)
+
+
+@dataclasses.dataclass
+class Draft:
+    """The audit row of the current request, filled in by the view."""
+
+    action: str
+    target: str | None = None
+    detail: dict[str, Any] | None = None
+    written: bool = False
+
+
+def current_draft() -> Draft | None:
+    draft = g.get("audit")
+    if draft is None and g.get("operation") is not None and g.operation.audit and g.get("principal"):
+        draft = g.audit = Draft(g.operation.audit, _target_from_path())
+    return draft
+
+
+def _target_from_path() -> str | None:
+    args = request.view_args or {}
+    return str(next(iter(args.values()))) if args else None
+
+
+@contextmanager
+def audited(target: str | None = None) -> Iterator[tuple[Store, Draft]]:
+    """Run the request's change on one transaction's store and add its audit row (outcome ok)
+    to that transaction. Set `draft.target` / `draft.detail` inside the block as they become known."""
+    draft = current_draft()
+    if target is not None:
+        draft.target = target
+    with api().store.transaction() as tx:
+        yield tx, draft
+        tx.audit(actor=g.principal.name, action=draft.action, target=draft.target, request_id=g.request_id,
+                 outcome="ok", detail=draft.detail)
+    draft.written = True
+
+
+def record_refusal(exc: SkiplockError) -> None:
+    """After a mutating request failed with a 4xx: its row, outcome = the error code."""
+    if not 400 <= exc.status < 500 or exc.status in (401, 403):
+        return
+    draft = current_draft()
+    if draft is None or draft.written:
+        return
+    try:
+        api().store.audit(actor=g.principal.name, action=draft.action, target=draft.target,
+                          request_id=g.request_id, outcome=exc.code,
+                          detail={"message": " ".join(str(exc).split())[:500]})
+        draft.written = True
+    except SkiplockError as audit_exc:  # the refusal still goes back to the client
+        log.error("audit row of a refused request not written",
+                  extra={"action": draft.action, "request_id": g.request_id, "error": str(audit_exc)})
+
+
+@operation(bp, "GET", "/v1/audit", summary="List audit entries, newest first", role="admin", tag="audit",
+           query={"action": String("Only this action, e.g. task.cancel.", max_length=100),
+                  "actor": Name("Only requests made with this token."),
+                  "target": String("Only this target (a task id, a queue name, ...).", max_length=200),
+                  "limit": Integer(minimum=1, maximum=500, default=50),
+                  "cursor": String("next_cursor of the previous page.", pattern=r"^[0-9]{1,18}$")},
+           responses={200: ("A page of entries.", page("entries", AUDIT_ENTRY))})
+def list_audit():
+    q = g.query
+    cursor = int(q["cursor"]) if q["cursor"] is not None else None
+    entries = api().store.audit_entries(action=q["action"], actor=q["actor"], target=q["target"],
+                                        cursor=cursor, limit=q["limit"] + 1)
+    more = len(entries) > q["limit"]
+    entries = entries[:q["limit"]]
+    return json_response({"entries": [audit_json(e) for e in entries],
+                          "next_cursor": str(entries[-1].id) if more else None})

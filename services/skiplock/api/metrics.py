@@ -1,0 +1,48 @@
+"""The API's Prometheus metrics: requests by route template, method and status, and their latency.
+
+Under gunicorn every worker is a process of its own, so `skiplock api` sets
+PROMETHEUS_MULTIPROC_DIR (a fresh directory) before prometheus_client is imported: each worker's
+samples go to files there and /metrics adds up all workers. Without it (tests, a single process),
+the samples live in this app's own registry. Routes are the URL map's templates
+(/v1/tasks/<task_id>), never raw paths, so a scan of random URLs cannot explode the label set.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("skiplock_api_requests_total", "HTTP requests served by the API.",
+                                ["method", "route", "status"], registry=r)
+        self.latency = Histogram("skiplock_api_request_duration_seconds",
+                                 "Time from the request's arrival to its response, by route and status.",
+                                 ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=r)
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        labels = (method, route, str(status))
+        self.requests.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+
+    def render(self) -> bytes:
+        directory = multiprocess_dir()
+        if directory is None:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=directory)
+        return generate_latest(registry)

@@ -1,0 +1,57 @@
+"""How a route is declared: `@operation(bp, "POST", "/v1/tasks", ...)` registers the view and
+attaches what the rest of the app reads from it — the role it needs (auth), its path, query and
+body shapes (validation, before the view runs), its audit action, and its documentation
+(openapi.py builds the document from these declarations and the app's URL map).
+
+A route without a declaration cannot exist: `operation()` is the only way views are added.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from flask import Blueprint
+
+from ..engine.errors import SkiplockError
+from ..engine.settings import API_ROLES
+from .schema import Field
+
+# Bodies of small requests (cancel, pause, schedules without a payload) stay under this.
+SMALL_BODY = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    method: str
+    rule: str  # the Flask rule, e.g. /v1/tasks/<task_id>
+    summary: str
+    role: str | None  # None: public (health, metrics, the document itself)
+    tag: str
+    responses: Mapping[int, tuple[str, Field | None]]
+    errors: tuple[type[SkiplockError], ...] = ()
+    path: Mapping[str, Field] = dataclasses.field(default_factory=dict)
+    query: Mapping[str, Field] = dataclasses.field(default_factory=dict)
+    headers: Mapping[str, Field] = dataclasses.field(default_factory=dict)
+    body: Field | None = None
+    body_required: bool = True
+    # the body's size limit in bytes; a callable gets the app's settings
+    max_body: int | Callable = SMALL_BODY
+    audit: str | None = None  # the audit action of a mutating route
+    description: str = ""
+    content_type: str = "application/json"  # of the success response
+
+
+def operation(bp: Blueprint, method: str, rule: str, **declaration) -> Callable:
+    """Register the decorated function as the view of (method, rule) and declare it."""
+    op = Operation(method=method, rule=rule, **declaration)
+    if op.role is not None and op.role not in API_ROLES:
+        raise ValueError(f"{method} {rule}: unknown role {op.role!r}")
+
+    def register(view: Callable) -> Callable:
+        view.operation = op
+        bp.add_url_rule(rule, endpoint=view.__name__, view_func=view, methods=[method],
+                        provide_automatic_options=False)
+        return view
+
+    return register

@@ -1,0 +1,79 @@
+"""Queues and kinds over HTTP: the overview of every queue (tasks per state, what is claimable
+now and how long the oldest of it has waited, the paused flag), and pausing or resuming a queue
+or a task kind. A pause is a flag: tasks stay queued and are not claimed until it is lifted.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+from ..engine.errors import InvalidInput
+from ..engine.model import STATES
+from .audit import audited
+from .context import api
+from .operations import operation
+from .render import json_response
+from .schema import Array, Boolean, Integer, Name, Number, Object
+
+bp = Blueprint("queues", __name__)
+
+QUEUE = Object({
+    "name": Name(),
+    "tasks": Object({state: Integer() for state in STATES}, "Tasks per state."),
+    "claimable": Integer("Queued tasks a worker could claim now (run_after reached, kind not paused)."),
+    "oldest_claimable_age_seconds": Number("How long the oldest claimable task has waited.", nullable=True),
+    "paused": Boolean(),
+}, required=("name", "tasks", "claimable", "oldest_claimable_age_seconds", "paused"))
+OVERVIEW = Object({"queues": Array(QUEUE, "Every queue with tasks or a pause, by name."),
+                   "paused_kinds": Array(Name(), "Task kinds paused in every queue.")},
+                  required=("queues", "paused_kinds"))
+PAUSE = {"queue": Object({"queue": Name(), "paused": Boolean()}, required=("queue", "paused")),
+         "kind": Object({"kind": Name(), "paused": Boolean()}, required=("kind", "paused"))}
+
+
+@operation(bp, "GET", "/v1/queues", summary="Overview of every queue", role="reader", tag="queues",
+           responses={200: ("The queues.", OVERVIEW)})
+def overview():
+    store = api().store
+    counts, claimable = store.queue_stats()
+    pauses = store.pauses()
+    queues: dict[str, dict] = {}
+
+    def queue(name: str) -> dict:
+        return queues.setdefault(name, {"name": name, "tasks": dict.fromkeys(STATES, 0), "claimable": 0,
+                                        "oldest_claimable_age_seconds": None, "paused": False})
+
+    for name, state, n in counts:
+        queue(name)["tasks"][state] = n
+    for name, n, oldest_age, paused in claimable:
+        queue(name).update(claimable=n, oldest_claimable_age_seconds=oldest_age, paused=paused)
+    for scope, name, _ in pauses:
+        if scope == "queue":
+            queue(name)["paused"] = True
+    return json_response({"queues": [queues[name] for name in sorted(queues)],
+                          "paused_kinds": sorted(name for scope, name, _ in pauses if scope == "kind")})
+
+
+def _register(scope: str, plural: str, action: str) -> None:
+    pause = action == "pause"
+
+    def view(name):
+        with audited(name) as (tx, _draft):
+            if pause:
+                tx.pause(scope, name)
+            else:
+                tx.unpause(scope, name)
+        return json_response({scope: name, "paused": pause})
+
+    view.__name__ = f"{action}_{scope}"
+    summary = (f"Pause a {scope}: its tasks stay queued and are not claimed" if pause
+               else f"Resume a paused {scope}")
+    operation(bp, "POST", f"/v1/{plural}/<name>/{action}", summary=summary, role="admin", tag="queues",
+              path={"name": Name(f"The {scope}'s name.")}, audit=f"{scope}.{action}",
+              description="Idempotent: pausing a paused one (or resuming a running one) changes nothing.",
+              responses={200: (f"The {scope}'s pause flag now.", PAUSE[scope])}, errors=(InvalidInput,))(view)
+
+
+for _scope, _plural in (("queue", "queues"), ("kind", "kinds")):
+    for _action in ("pause", "resume"):
+        _register(_scope, _plural, _action)

@@ -1,0 +1,171 @@
+"""How the API's answers look on the wire: the JSON of a task, an event, a schedule, an audit
+entry and an error, each next to the schema the OpenAPI document publishes for it, and the one
+`error_response()` every failure goes through. No request handling and no database access here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+from flask import Response
+
+from ..engine.errors import SkiplockError
+from ..engine.model import STATES, AuditEntry, Task, TaskEvent
+from ..engine.schedules import CATCHUP_POLICIES, OVERLAP_POLICIES, ScheduleStatus
+from .schema import Array, Boolean, DateTime, Integer, JsonObject, JsonValue, Name, Number, Object, String, Uuid
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return iso(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot render {type(value).__name__}")
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """RFC 3339 in UTC with a Z, e.g. 2030-01-01T09:00:00.123456Z."""
+    if value is None:
+        return None
+    return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def json_response(body: Any, status: int = 200, headers: dict | None = None) -> Response:
+    text = json.dumps(body, default=_default, separators=(",", ":"))
+    return Response(text + "\n", status=status, headers=headers, mimetype="application/json")
+
+
+def error_response(exc: SkiplockError, headers: dict | None = None) -> Response:
+    """The one error shape: {"error": {"code": ..., "message": ...}} with the error's status."""
+    message = " ".join(str(exc).split()) or exc.code
+    return json_response({"error": {"code": exc.code, "message": message}}, exc.status, headers)
+
+
+ERROR = Object({
+    "error": Object({
+        "code": String("Stable, machine-readable: task.not_found, request.invalid, auth.forbidden, ...",
+                       example="task.not_found"),
+        "message": String("What went wrong, naming the field or the value."),
+    }, required=("code", "message")),
+}, "An error.", required=("error",))
+
+
+# ---- tasks -------------------------------------------------------------------------------------
+
+def task_json(task: Task) -> dict:
+    return {
+        "id": str(task.id), "kind": task.kind, "queue": task.queue, "priority": task.priority,
+        "payload": task.payload, "state": task.state, "attempts": task.attempts,
+        "max_attempts": task.max_attempts, "reclaims": task.reclaims, "lease_owner": task.lease_owner,
+        "lease_until": iso(task.lease_until), "run_after": iso(task.run_after), "deadline": iso(task.deadline),
+        "idempotency_key": task.idempotency_key, "cursor": task.cursor, "progress": task.progress,
+        "message": task.message, "result": task.result, "last_error": task.last_error,
+        "created_at": iso(task.created_at), "updated_at": iso(task.updated_at),
+        "started_at": iso(task.started_at), "finished_at": iso(task.finished_at),
+    }
+
+
+TASK = Object({
+    "id": Uuid("UUIDv7: ids sort in creation order."),
+    "kind": Name(), "queue": Name(), "priority": Integer("Higher runs first."),
+    "payload": JsonObject(),
+    "state": String(enum=STATES),
+    "attempts": Integer("Executions that ended in an outcome."),
+    "max_attempts": Integer("null: the kind's (3 when the kind declares none).", nullable=True),
+    "reclaims": Integer("Times an expired lease was taken back."),
+    "lease_owner": String(nullable=True), "lease_until": DateTime(nullable=True),
+    "run_after": DateTime("Not claimed before this time."),
+    "deadline": DateTime("No retry is scheduled after this time.", nullable=True),
+    "idempotency_key": String(nullable=True),
+    "cursor": JsonValue("The last saved step's cursor."),
+    "progress": Number(nullable=True), "message": String(nullable=True),
+    "result": JsonValue("What the handler returned."),
+    "last_error": String(nullable=True),
+    "created_at": DateTime(), "updated_at": DateTime(),
+    "started_at": DateTime(nullable=True), "finished_at": DateTime(nullable=True),
+}, "A task.", required=("id", "kind", "queue", "priority", "payload", "state", "attempts", "created_at"))
+
+
+def event_json(event: TaskEvent) -> dict:
+    return {"seq": event.seq, "type": event.type, "at": iso(event.at), "attempt": event.attempt,
+            "lease_token": event.lease_token, "data": event.data}
+
+
+EVENT = Object({
+    "seq": Integer("1, 2, 3, ... per task, without gaps."),
+    "type": String("queued, running, completed, retrying, checkpoint, cancelling, cancelled, resumed, ..."),
+    "at": DateTime(), "attempt": Integer(nullable=True), "lease_token": Integer(nullable=True),
+    "data": JsonValue(),
+}, required=("seq", "type", "at"))
+
+
+# ---- schedules ---------------------------------------------------------------------------------
+
+def schedule_json(status: ScheduleStatus) -> dict:
+    body = status.schedule.as_dict()
+    body.update(next_fire_at=iso(status.next_fire_at), buffered_fire_at=iso(status.buffered_fire_at),
+                last_fire_at=iso(status.last_fire_at),
+                last_task_id=None if status.last_task_id is None else str(status.last_task_id),
+                fires=status.fires, skips=status.skips, created_at=iso(status.created_at),
+                updated_at=iso(status.updated_at))
+    return body
+
+
+def schedule_fields(defaults: bool = True) -> dict:
+    """The fields a client writes: POST creates with them (defaults filled in), PATCH changes
+    the ones it names (no defaults: a field left out keeps its value)."""
+    def d(value):
+        return {"default": value} if defaults else {}
+
+    return {
+        "kind": Name("The kind of the tasks it enqueues."),
+        "queue": Name(**d("default")),
+        "payload": JsonObject(**d({})),
+        "priority": Integer(minimum=-32768, maximum=32767, **d(0)),
+        "max_attempts": Integer(minimum=1, maximum=2**31 - 1, nullable=True),
+        "cron": String("5 fields or an @alias (@hourly, @daily, ...); exactly one of cron and "
+                       "interval_seconds.", max_length=200, nullable=True, example="0 6 * * *"),
+        "timezone": String("IANA time zone of the cron expression.", max_length=64, **d("UTC")),
+        "interval_seconds": Number(minimum=0.001, maximum=10 * 365 * 86400.0, nullable=True),
+        "overlap": String(enum=OVERLAP_POLICIES, **d("skip")),
+        "catchup": String(enum=CATCHUP_POLICIES, **d("one")),
+        "catchup_window_seconds": Number(minimum=0.001, maximum=10 * 365 * 86400.0, **d(3600.0)),
+        "jitter_seconds": Number(minimum=0, maximum=86400.0, **d(0.0)),
+        "enabled": Boolean("false: paused (resuming starts at the next fire after now).", **d(True)),
+    }
+
+
+SCHEDULE = Object({
+    "name": Name(), **schedule_fields(),
+    "next_fire_at": DateTime(), "buffered_fire_at": DateTime(nullable=True),
+    "last_fire_at": DateTime(nullable=True), "last_task_id": Uuid(nullable=True),
+    "fires": Integer(), "skips": Integer(), "created_at": DateTime(), "updated_at": DateTime(),
+}, "A schedule and where it stands.", required=("name", "kind", "next_fire_at"))
+
+
+# ---- audit ---------------------------------------------------------------------------------------
+
+def audit_json(entry: AuditEntry) -> dict:
+    return {"id": entry.id, "at": iso(entry.at), "actor": entry.actor, "action": entry.action,
+            "target": entry.target, "request_id": entry.request_id, "outcome": entry.outcome,
+            "detail": entry.detail}
+
+
+AUDIT_ENTRY = Object({
+    "id": Integer(), "at": DateTime(),
+    "actor": String("The token's name ('anonymous' while auth is disabled)."),
+    "action": String(example="task.cancel"),
+    "target": String("A task id, a queue, kind or schedule name.", nullable=True),
+    "request_id": String(nullable=True),
+    "outcome": String("ok, or the code of the error the request was refused with."),
+    "detail": JsonValue(),
+}, required=("id", "at", "actor", "action", "outcome"))
+
+
+def page(items_name: str, item: Object) -> Object:
+    return Object({items_name: Array(item),
+                   "next_cursor": String("Pass as `cursor` for the next page; null on the last.", nullable=True)},
+                  required=(items_name, "next_cursor"))

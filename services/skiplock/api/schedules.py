@@ -1,0 +1,96 @@
+"""Schedules over HTTP: create, list, read, change (including pausing: enabled=false) and delete.
+
+Definitions are validated by engine/schedules.Schedule (the same rules as `skiplock schedules
+apply`) and written through the store's declarative upsert, so a re-timed or resumed schedule
+starts at its next fire after now exactly as a file apply would.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, g
+
+from ..engine.errors import InvalidInput, PayloadTooLarge, ScheduleExists, ScheduleNotFound
+from ..engine.schedules import Schedule
+from ..engine.store import encode_payload
+from .audit import audited
+from .context import api
+from .operations import SMALL_BODY, operation
+from .render import SCHEDULE, json_response, schedule_fields, schedule_json
+from .schema import Array, Name, Object
+
+bp = Blueprint("schedules", __name__)
+
+NAME = {"name": Name("The schedule's name.")}
+CREATE = Object({"name": Name(), **schedule_fields()}, "A schedule definition.", required=("name", "kind"))
+CHANGE = Object(schedule_fields(defaults=False), "The fields to change; the others keep their values.")
+
+
+def _body_limit(settings) -> int:
+    return settings.max_payload_bytes + SMALL_BODY
+
+
+def _validated(fields: dict) -> Schedule:
+    schedule = Schedule.from_mapping(fields)
+    encode_payload(schedule.payload, api().settings.max_payload_bytes)  # NUL, size: as a task's would be
+    return schedule
+
+
+@operation(bp, "GET", "/v1/schedules", summary="List schedules", role="reader", tag="schedules",
+           responses={200: ("Every schedule, by name.", Object({"schedules": Array(SCHEDULE)},
+                                                               required=("schedules",)))})
+def list_schedules():
+    return json_response({"schedules": [schedule_json(s) for s in api().store.list_schedules()]})
+
+
+@operation(bp, "POST", "/v1/schedules", summary="Create a schedule", role="admin", tag="schedules",
+           body=CREATE, max_body=_body_limit, audit="schedule.create",
+           description="It first fires at its first nominal time after now. An existing name: 409 "
+                       "schedule.exists (PATCH changes a schedule).",
+           responses={201: ("Created.", SCHEDULE)}, errors=(InvalidInput, PayloadTooLarge, ScheduleExists))
+def create_schedule():
+    schedule = _validated(g.body)
+    with audited(schedule.name) as (tx, _draft):
+        report = tx.apply_schedules([schedule])
+        if schedule.name not in report["created"]:  # raising rolls the upsert back
+            raise ScheduleExists(f"schedule {schedule.name!r} exists; PATCH /v1/schedules/{schedule.name} "
+                                 "changes it")
+        status = tx.get_schedule(schedule.name)
+    return json_response(schedule_json(status), 201, {"Location": f"/v1/schedules/{schedule.name}"})
+
+
+@operation(bp, "GET", "/v1/schedules/<name>", summary="Read a schedule", role="reader", tag="schedules",
+           path=NAME, responses={200: ("The schedule.", SCHEDULE)}, errors=(InvalidInput, ScheduleNotFound))
+def get_schedule(name):
+    return json_response(schedule_json(api().store.get_schedule(name)))
+
+
+@operation(bp, "PATCH", "/v1/schedules/<name>", summary="Change a schedule", role="admin", tag="schedules",
+           path=NAME, body=CHANGE, max_body=_body_limit, audit="schedule.update",
+           description="Setting cron clears interval_seconds and the other way round. A changed timing, "
+                       "or enabled going back to true, starts at the next fire after now.",
+           responses={200: ("The schedule after the change.", SCHEDULE)},
+           errors=(InvalidInput, PayloadTooLarge, ScheduleNotFound))
+def change_schedule(name):
+    changes = g.body
+    with audited(name) as (tx, draft):
+        tx.lock_schedule(name)  # a DELETE racing this waits, or this finds no row
+        fields = tx.get_schedule(name).schedule.as_dict()
+        if changes.get("cron") is not None and "interval_seconds" not in changes:
+            fields["interval_seconds"] = None
+        if changes.get("interval_seconds") is not None and "cron" not in changes:
+            fields["cron"] = None
+        fields.update(changes)
+        tx.apply_schedules([_validated(fields)])
+        status = tx.get_schedule(name)
+        draft.detail = {"fields": sorted(changes)}
+    return json_response(schedule_json(status))
+
+
+@operation(bp, "DELETE", "/v1/schedules/<name>", summary="Delete a schedule", role="admin", tag="schedules",
+           path=NAME, audit="schedule.delete", content_type="",
+           description="Tasks it already enqueued stay.",
+           responses={204: ("Deleted.", None)}, errors=(InvalidInput, ScheduleNotFound))
+def delete_schedule(name):
+    with audited(name) as (tx, _draft):
+        tx.delete_schedule(name)
+    return Response(status=204)

@@ -1,0 +1,52 @@
+"""gunicorn, run in-process by `skiplock api`: the master forks the workers, each builds its own
+app (and its own connection pool) after the fork. gthread workers: a slow client holds a thread,
+not a process. SIGTERM stops accepting and lets requests in flight finish within the graceful
+timeout (SKIPLOCK_SHUTDOWN_GRACE_SECONDS, below the pod's grace), then exits 0.
+"""
+
+from __future__ import annotations
+
+from gunicorn.app.base import BaseApplication
+
+from ..engine.settings import Settings
+
+
+def _worker_exit(server, worker) -> None:
+    from .app import close_app
+
+    if getattr(worker, "wsgi", None) is not None:
+        close_app(worker.wsgi)
+
+
+def _child_exit(server, worker) -> None:
+    # a dead worker's live-gauge files must not be summed any more (counters stay)
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+class ApiServer(BaseApplication):
+    def __init__(self, settings: Settings, *, bind: str, workers: int, threads: int):
+        self.settings = settings
+        self.options = dict(
+            bind=[bind], workers=workers, worker_class="gthread", threads=threads,
+            # whole seconds for gunicorn; rounded down, so still below the pod's grace
+            graceful_timeout=max(1, int(settings.shutdown_grace_seconds)), timeout=60, keepalive=5,
+            accesslog=None, errorlog="-", loglevel=settings.log_level.lower(), proc_name="skiplock-api",
+            worker_exit=_worker_exit, child_exit=_child_exit,
+            # gunicorn >= 25 opens a control socket at a fixed path by default; two APIs on one
+            # host would fight over it, and nothing here uses it
+            control_socket_disable=True,
+        )
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self):
+        from .app import create_app
+
+        # one pool per worker: as many connections as threads, one spare for /readyz
+        return create_app(self.settings, pool_size=self.options["threads"] + 1)

@@ -1,0 +1,58 @@
+-- Named statements of the HTTP API (services/skiplock/api). engine/store.py looks them up by name.
+--
+-- Listings are keyset-paginated on a key that only grows: task ids are UUIDv7 (time-ordered),
+-- audit ids an identity. A page is `key < cursor ORDER BY key DESC`, so rows inserted while a
+-- client pages land before its cursor and never shift or repeat the rows still to come.
+
+-- name: task_list
+SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
+       lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
+       result, last_error, event_seq, created_at, updated_at, started_at, finished_at
+FROM skiplock.tasks
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+  AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: task_submitted
+-- After an API insert, in the same transaction: for each keyed task, whether this transaction
+-- inserted it (`mine`: the row's xmin is our transaction id; the insert ran outside any
+-- savepoint) and, for one another request inserted, what it was submitted with.
+SELECT id, request_hash, xmin = pg_current_xact_id()::xid AS mine, kind, queue, priority, payload,
+       max_attempts
+FROM skiplock.tasks
+WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: task_annotate
+-- What the shared insert does not write: the submission's fingerprint and its deadline. Same
+-- transaction as the insert, so no worker or replaying request ever sees the row without them.
+UPDATE skiplock.tasks AS t
+SET request_hash = coalesce(i.request_hash, t.request_hash),
+    deadline = coalesce(i.deadline, t.deadline)
+FROM unnest(%(ids)s::uuid[], %(hashes)s::text[], %(deadlines)s::timestamptz[])
+     AS i(id, request_hash, deadline)
+WHERE t.id = i.id;
+
+-- name: schedule_lock
+-- PATCH reads, merges and writes a schedule under this lock: a concurrent DELETE waits, and
+-- a PATCH racing a DELETE that won finds no row instead of recreating it.
+SELECT name FROM skiplock.schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: audit_insert
+INSERT INTO skiplock.audit_log (actor, action, target, request_id, outcome, detail)
+VALUES (%(actor)s, %(action)s, %(target)s, %(request_id)s, %(outcome)s, %(detail)s)
+RETURNING id;
+
+-- name: audit_list
+SELECT id, at, actor, action, target, request_id, outcome, detail
+FROM skiplock.audit_log
+WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s::text)
+  AND (%(target)s::text IS NULL OR target = %(target)s::text)
+  AND (%(cursor)s::bigint IS NULL OR id < %(cursor)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s;
