@@ -103,3 +103,21 @@ def test_bad_payload_limit_is_named(db_url):
     done = skiplock("enqueue", "t.noop", url=db_url, SKIPLOCK_MAX_PAYLOAD_BYTES="lots")
     assert done.returncode == 1
     assert done.stderr.strip() == "skiplock enqueue: SKIPLOCK_MAX_PAYLOAD_BYTES='lots': not an integer"
+
+
+def test_schedules_pause_resume_delete_from_the_command_line(db_url, db, tmp_path):
+    path = tmp_path / "schedules.yaml"
+    path.write_text("schedules:\n  - {name: nightly, kind: reports.daily, cron: '30 2 * * *', timezone: Europe/Berlin}\n")
+    assert skiplock("schedules", "apply", "-f", str(path), url=db_url).returncode == 0
+    # the command line's store has a single connection: pause must not need a second one
+    done = skiplock("schedules", "pause", "nightly", url=db_url)
+    assert (done.returncode, done.stdout) == (0, "paused: nightly\n")
+    assert db.execute("SELECT enabled FROM skiplock.schedules WHERE name = 'nightly'").fetchone() == (False,)
+    listed = skiplock("schedules", "list", url=db_url).stdout
+    assert "nightly" in listed and "paused" in listed
+    assert skiplock("schedules", "resume", "nightly", url=db_url).stdout == "resumed: nightly\n"
+    assert db.execute("SELECT enabled FROM skiplock.schedules WHERE name = 'nightly'").fetchone() == (True,)
+    missing = skiplock("schedules", "pause", "nope", url=db_url)
+    assert (missing.returncode, missing.stderr) == (1, "skiplock schedules: schedule 'nope' not found\n")
+    assert skiplock("schedules", "delete", "nightly", url=db_url).stdout == "deleted: nightly\n"
+    assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone() == (0,)

@@ -173,13 +173,22 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
             # new statement's snapshot sees it
             keys = list({specs[i].idempotency_key for i in keyed})
             existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
+            orphans = []
             for i in keyed:
                 owner = existing.get(specs[i].idempotency_key)
                 if owner is None:
                     # a duplicate key inside this very batch: the first occurrence won
-                    owner = next(ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
-                                 and ids[j] in inserted)
-                ids[i] = owner
+                    owner = next((ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
+                                  and ids[j] in inserted), None)
+                if owner is None:
+                    orphans.append(i)
+                else:
+                    ids[i] = owner
+        if orphans:
+            # the key's task was deleted (retention) between our INSERT and the lookup: the key is
+            # free again, so insert these once more
+            for i, task_id in zip(orphans, insert_tasks(conn, [specs[i] for i in orphans], schema, channel)):
+                ids[i] = task_id
     return ids
 
 
@@ -564,9 +573,12 @@ class Store:
         now: the fires a paused schedule did not make are not caught up."""
         with self.connection() as conn, conn.transaction():
             now = conn.execute(self.sql["schedule_now"], {"now": None}).fetchone()[0]
-            status = self.get_schedule(name)
+            # on this transaction's connection: a one-connection pool (the CLI) has no other
+            row = conn.execute(self.sql["schedule_list"], {"name": name}).fetchone()
+            if row is None:
+                raise ScheduleNotFound(f"schedule {name!r} not found")
             rows = conn.execute(self.sql["schedule_set_enabled"], dict(
-                name=name, enabled=enabled, next_fire_at=status.schedule.first_fire(now))).fetchall()
+                name=name, enabled=enabled, next_fire_at=Schedule(*row[:14]).first_fire(now))).fetchall()
             if not rows:  # deleted between the two statements
                 raise ScheduleNotFound(f"schedule {name!r} not found")
 
