@@ -287,3 +287,12 @@ def test_a_schedule_of_a_kind_no_worker_knows_still_fires(db_url, db, store, pro
     assert all(kind == "nobody.knows" and state == "failed" and "no handler" in error
                for kind, state, error in rows), rows
     assert worker.alive() and scheduler.alive()
+
+
+def test_the_scheduler_applies_its_schedules_file_at_start_up(db_url, db, processes, tmp_path):
+    path = tmp_path / "schedules.yaml"
+    path.write_text("schedules:\n  - {name: from-file, kind: t.noop, interval_seconds: 3600}\n")
+    proc = processes.spawn(db_url, command="scheduler", env={"SKIPLOCK_SCHEDULES_FILE": str(path)})
+    processes.wait_ready(proc)
+    assert db.execute("SELECT name, interval_seconds FROM skiplock.schedules").fetchall() == [("from-file", 3600.0)]
+    assert '"schedules_created": 1' in proc.log()

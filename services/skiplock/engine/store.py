@@ -168,6 +168,7 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
     with translated_errors():
         inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
         keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
+        orphans = []
         if keyed:
             # the key's owner committed before our INSERT (ON CONFLICT waited for it), so this
             # new statement's snapshot sees it
@@ -683,6 +684,12 @@ class Store:
             endpoint_id=None if endpoint_id is None else _parse_uuid(endpoint_id, WebhookNotFound, "webhook"),
             after=None if after is None else _parse_uuid(after, InvalidInput, "cursor")))
         return [DeliveryRecord(*row) for row in rows]
+
+    def get_delivery(self, delivery_id: uuid.UUID | str) -> DeliveryRecord:
+        rows = self._fetch("webhook_delivery_get", {"id": _parse_uuid(delivery_id, DeliveryNotFound, "delivery")})
+        if not rows:
+            raise DeliveryNotFound(f"delivery {delivery_id} not found")
+        return DeliveryRecord(*rows[0])
 
     def redeliver(self, *, delivery_id: uuid.UUID | str | None = None,
                   endpoint_id: uuid.UUID | str | None = None) -> int:

@@ -23,9 +23,10 @@ def main(settings) -> int:
     try:
         if definitions is not None:
             report = store.apply_schedules(definitions, prune=settings.schedules_prune)
+            # `created` is a LogRecord attribute: prefix the counts so they never collide
             logs.logging.getLogger("skiplock.scheduler").info(
                 "schedules file applied", extra={"file": settings.schedules_file,
-                                                 **{k: len(v) for k, v in report.items()}})
+                                                 **{f"schedules_{k}": len(v) for k, v in report.items()}})
         scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
         server = MetricsServer(metrics, settings.metrics_port, scheduler.ready).start()
         try:

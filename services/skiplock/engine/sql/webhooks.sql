@@ -118,6 +118,12 @@ WHERE (%(state)s::text IS NULL OR d.state = %(state)s)
 ORDER BY d.id
 LIMIT %(limit)s;
 
+-- name: webhook_delivery_get
+SELECT d.id, d.event_id, d.endpoint_id, d.event_type, d.payload, d.state, d.attempts,
+       d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at
+FROM skiplock.webhook_deliveries AS d
+WHERE d.id = %(id)s;
+
 -- name: webhook_delivery_redeliver
 -- Dead deliveries back to pending with a fresh attempt budget: one by id, or all of an endpoint.
 UPDATE skiplock.webhook_deliveries

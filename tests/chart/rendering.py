@@ -1,0 +1,86 @@
+"""Rendering charts/skiplock with the real Helm engine (helm-python-sdk, Helm v4's Go code) and
+turning the output into Kubernetes objects. Nothing here talks to a cluster or the network."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "skiplock"
+SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
+RELEASE = "skiplock"
+NAMESPACE = "skiplock"
+KUBE_VERSION = "1.37.0"  # the newest kubernetes-validate ships schemas for
+
+ROLES = ("api", "worker", "scheduler", "dispatcher")
+
+
+def scenario_values(name: str) -> dict:
+    return yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text()) or {}
+
+
+def render(values: dict | None = None, *, is_upgrade: bool = False) -> dict[str, str]:
+    """{template path: rendered text}; raises helm_python's errors on a schema or template failure."""
+    import helm_python as helm
+
+    with helm.Chart.load(str(CHART)) as chart:
+        return chart.render(values=values or {}, name=RELEASE, namespace=NAMESPACE,
+                            is_install=not is_upgrade, is_upgrade=is_upgrade)
+
+
+def objects(rendered: dict[str, str]) -> list[dict]:
+    """Every manifest of a render (NOTES.txt excluded), parsed; a template whose YAML does not
+    parse fails here."""
+    out = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc.setdefault("metadata", {})["_template"] = path
+                out.append(doc)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _cached(name: str) -> tuple:
+    return tuple(objects(render(scenario_values(name))))
+
+
+def scenario_objects(name: str) -> list[dict]:
+    import copy
+
+    return copy.deepcopy(list(_cached(name)))
+
+
+def strip_private(obj: dict) -> dict:
+    import copy
+
+    clean = copy.deepcopy(obj)
+    clean.get("metadata", {}).pop("_template", None)
+    return clean
+
+
+def kind(objs: list[dict], kind_name: str) -> list[dict]:
+    return [o for o in objs if o.get("kind") == kind_name]
+
+
+def by_name(objs: list[dict], kind_name: str, name: str) -> dict:
+    matches = [o for o in objs if o.get("kind") == kind_name and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind_name}/{name}: {len(matches)} rendered"
+    return matches[0]
+
+
+def pod_spec(obj: dict) -> dict | None:
+    if obj.get("kind") == "Pod":
+        return obj["spec"]
+    if obj.get("kind") in ("Deployment", "StatefulSet", "Job", "DaemonSet"):
+        return obj["spec"]["template"]["spec"]
+    return None
+
+
+def env_of(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
