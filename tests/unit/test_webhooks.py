@@ -349,10 +349,6 @@ def test_parse_retry_after_never_raises_on_garbage():
         assert result is None or result >= 0
 
 
-@pytest.mark.xfail(strict=False, reason="GAP: IPv6 forms that embed an IPv4 address (NAT64 64:ff9b::/96, 6to4 "
-                                       "2002::/16) count as global, so an endpoint can name an internal IPv4 "
-                                       "address through a NAT64/6to4 gateway; permitted() unwraps only "
-                                       "IPv4-mapped (::ffff:0:0/96) addresses")
 @pytest.mark.parametrize("address", ["64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
                                      "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
                                      "2002:a00:1::1"])  # 6to4 of 10.0.0.1

@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -90,11 +91,13 @@ class Sender:
         total = settings.webhook_timeout_seconds
         self.total = total
         self.guard = guard
+        # No keep-alive: every attempt gets its own connection, so (1) the deadline watchdog below
+        # always knows the socket to cut, and (2) a TLS connection made for one host name is never
+        # reused for another name on the same address (connections are made to addresses).
         self.client = httpx.Client(
             timeout=httpx.Timeout(total, connect=min(5.0, total), pool=min(5.0, total)),
             follow_redirects=False,
-            limits=httpx.Limits(max_connections=settings.webhook_concurrency * 2,
-                                max_keepalive_connections=settings.webhook_concurrency),
+            limits=httpx.Limits(max_connections=settings.webhook_concurrency * 2, max_keepalive_connections=0),
             headers={"user-agent": USER_AGENT},
             trust_env=False,  # never route deliveries through a proxy from the environment
         )
@@ -118,8 +121,32 @@ class Sender:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(d.secret, message_id, timestamp, body),
         }
-        extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
         deadline = started + self.total
+        # httpx's timeouts bound each read, not the request: a receiver trickling a header line
+        # every second would hold this thread for ever. A watchdog cuts the socket at the deadline.
+        sockets: list[socket.socket] = []
+        cut = threading.Event()
+
+        def trace(event: str, info: dict) -> None:
+            if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+                sock = info["return_value"].get_extra_info("socket")
+                if sock is not None:
+                    sockets.append(sock)
+
+        def cut_off() -> None:
+            cut.set()
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        extensions = {"trace": trace}
+        if target.scheme == "https":
+            extensions["sni_hostname"] = target.host
+        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), cut_off)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             # connect to the checked address; speak HTTP (Host, TLS SNI and certificate) to the name
             request = self.client.build_request("POST", target.connect_url, content=body, headers=headers,
@@ -130,20 +157,20 @@ class Sender:
                 if not 200 <= response.status_code < 300:
                     for chunk in response.iter_bytes():
                         snippet += chunk
-                        if len(snippet) >= ERROR_BODY_BYTES or time.monotonic() > deadline:
-                            break
-                else:
-                    # drain (bounded by the total timeout) so the connection can be reused
-                    for _ in response.iter_raw():
-                        if time.monotonic() > deadline:
+                        if len(snippet) >= ERROR_BODY_BYTES:
                             break
             finally:
                 response.close()
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             # InvalidURL (a control character in the path) and UnicodeEncodeError (a non-ASCII Host
             # header) are not HTTPErrors: uncaught, one bad endpoint would crash every dispatcher
-            return Attempt(error=f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__,
-                           seconds=time.monotonic() - started)
+            if cut.is_set():
+                error = f"timed out after {self.total:g}s (SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS)"
+            else:
+                error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+            return Attempt(error=error, seconds=time.monotonic() - started)
+        finally:
+            watchdog.cancel()
         status = response.status_code
         error = None
         if not 200 <= status < 300:

@@ -87,6 +87,9 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 class AddressGuard:
     """Refuses destinations that are not public unicast addresses (loopback, private, link-local
     including cloud metadata at 169.254.169.254, multicast, reserved, shared, unspecified),
@@ -123,10 +126,18 @@ class AddressGuard:
         return parts.scheme, parts.hostname, port, path
 
     def permitted(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
         if any(address in net for net in self.allowed):
             return True
+        if isinstance(address, ipaddress.IPv6Address):
+            # IPv6 forms that carry an IPv4 address reach that IPv4 address through a translator:
+            # judge the IPv4 address (mapped ::ffff:a.b.c.d, NAT64 64:ff9b::/96, 6to4, Teredo)
+            embedded = address.ipv4_mapped or address.sixtofour
+            if embedded is None and address in _NAT64:
+                embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+            if embedded is None and address.teredo is not None:
+                embedded = address.teredo[1]
+            if embedded is not None:
+                return self.permitted(embedded)
         return address.is_global and not address.is_multicast
 
     def resolve(self, url: str) -> Target:

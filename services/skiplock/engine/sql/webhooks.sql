@@ -55,10 +55,18 @@ WITH due AS MATERIALIZED (
     FOR UPDATE OF d SKIP LOCKED
 ), expired AS MATERIALIZED (
     SELECT d.id FROM skiplock.webhook_deliveries AS d
+    JOIN skiplock.webhook_endpoints AS e ON e.id = d.endpoint_id AND e.enabled
     WHERE d.state = 'delivering' AND d.lease_until < now()
     ORDER BY d.lease_until
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
+), parked AS (
+    -- an expired attempt of an endpoint disabled meanwhile goes back to waiting, unsent, until
+    -- the endpoint is enabled again
+    UPDATE skiplock.webhook_deliveries AS d
+    SET state = 'pending', lease_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = now()
+    FROM skiplock.webhook_endpoints AS e
+    WHERE e.id = d.endpoint_id AND NOT e.enabled AND d.state = 'delivering' AND d.lease_until < now()
 ), picked AS MATERIALIZED (
     -- rows locked here but not picked stay locked only until this statement commits
     SELECT id FROM (SELECT id FROM expired UNION ALL SELECT id FROM due) AS c LIMIT %(limit)s
