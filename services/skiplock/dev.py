@@ -2,9 +2,9 @@
 
 With no SKIPLOCK_DATABASE_URL it starts an embedded Postgres (the `pgserver` package, data under
 .skiplock/ in the current directory), applies migrations, runs a worker on the example handlers
-(plus any SKIPLOCK_TASKS modules), a scheduler (with a demo schedule) and a webhook dispatcher
-(receivers on 127.0.0.0/8 allowed), enqueues a small demo
-workload and prints progress until Ctrl-C.
+(plus any SKIPLOCK_TASKS modules), a scheduler (with a demo schedule), a webhook dispatcher
+(receivers on 127.0.0.0/8 allowed) and the HTTP API without auth on 127.0.0.1:SKIPLOCK_DEV_API_PORT
+(8080), enqueues a small demo workload and prints progress until Ctrl-C.
 Not for production: one process, one embedded server.
 """
 
@@ -50,6 +50,43 @@ def apply_demo_schedule(store) -> None:
 
     store.apply_schedules([Schedule(name="demo.every-15s", kind="demo.hello", payload={"name": "schedule"},
                                     interval_seconds=15)])
+
+
+class ApiThread:
+    """The HTTP API (api/app.py) on 127.0.0.1, in a daemon thread of this process: werkzeug's
+    threaded server instead of gunicorn, auth disabled (it logs the warning) — so only this
+    machine can reach it."""
+
+    def __init__(self, settings: Settings, port: int):
+        from werkzeug.serving import make_server
+
+        from .api import create_app
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log line per request
+        self.app = create_app(settings.replace(api_auth="disabled"), pool_size=4)
+        try:
+            self._server = make_server("127.0.0.1", port, self.app, threaded=True)
+        except (OSError, SystemExit) as exc:  # werkzeug exits (after a message) when the port is taken
+            self._close_app()
+            why = exc.strerror if isinstance(exc, OSError) else "address in use"
+            raise ConfigError(f"SKIPLOCK_DEV_API_PORT={port}: cannot listen on 127.0.0.1:{port} "
+                              f"({why}); pick another port (0: any free one)") from None
+        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, name="api-http", daemon=True)
+
+    def start(self) -> "ApiThread":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._close_app()
+
+    def _close_app(self) -> None:
+        from .api.app import close_app
+
+        close_app(self.app)
 
 
 def progress(store, stop: threading.Event, every: float = 1.0) -> None:
@@ -98,14 +135,18 @@ def main(settings: Settings, demo: bool = True) -> int:
     install_signal_handlers(stop)
     metrics = Metrics()
     store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev").open()
+    api = ApiThread(settings, settings.dev_api_port)  # a taken port stops dev before anything runs
     worker = Worker(settings, store, metrics=metrics, stop=stop)
     scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
     threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
     dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop)
     threading.Thread(target=dispatcher.run, name="dispatcher", daemon=True).start()
     server = MetricsServer(metrics, settings.metrics_port, worker.ready, host="127.0.0.1").start()
+    api.start()
     print(f"[skiplock dev] database {url}", flush=True)
     print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
+    print(f"[skiplock dev] api      http://127.0.0.1:{api.port}/v1/ (no auth; "
+          f"document at /v1/openapi.json)", flush=True)
     if demo:
         apply_demo_schedule(store)
         print("[skiplock dev] schedule demo.every-15s fires demo.hello every 15 s", flush=True)
@@ -118,5 +159,6 @@ def main(settings: Settings, demo: bool = True) -> int:
         return worker.run()
     finally:
         done.set()
+        api.stop()
         server.stop()
         store.close()

@@ -1,7 +1,7 @@
 """Benchmark skiplock against PgQueuer, Procrastinate and a raw SKIP LOCKED loop, side by side.
 
     python -m tests.benchmarks.run [--tasks 20000] [--systems skiplock,pgqueuer,procrastinate,raw]
-                                   [--quick] [--json out.json]
+                                   [--quick] [--json out.json] [--api-only | --no-api]
 
 Every system runs on the same Postgres server (``$SKIPLOCK_TEST_DATABASE_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/postgres``), each in its own database created for the run
@@ -9,6 +9,7 @@ Every system runs on the same Postgres server (``$SKIPLOCK_TEST_DATABASE_URL``, 
 fresh copy of it (``CREATE DATABASE ... TEMPLATE``), dropped afterwards. Workers are real
 subprocesses; the enqueue side is a subprocess too, so every phase can be bounded by a timeout.
 A phase that fails or times out shows ``error`` / ``timeout`` in its cell and the run goes on.
+The API phase (skiplock only) starts ``skiplock api`` under gunicorn and drives it over HTTP.
 
 This is a report: nothing here asserts a timing. See README.md for what each number means.
 """
@@ -16,18 +17,22 @@ This is a report: nothing here asserts a timing. See README.md for what each num
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,8 @@ METRICS: list[tuple[str, str, str]] = [
     ("lat_p50", "enqueue→start p50 (ms)", "ms"),
     ("lat_p95", "enqueue→start p95 (ms)", "ms"),
     ("lat_p99", "enqueue→start p99 (ms)", "ms"),
+    ("api_single", "API submit, single (tasks/s)", "rate"),
+    ("api_batch", "API submit, batch (tasks/s)", "rate"),
 ]
 
 
@@ -115,6 +122,15 @@ class Options:
     repeat: int
     settings: systems_mod.WorkerSettings
     keep_logs: bool
+    # the API phase: which phases run at all, and its load
+    api: bool = True
+    api_only: bool = False
+    api_workers: int = 2
+    api_clients: int = 8
+    api_requests: int = 500  # per client
+    api_batches: int = 10
+    api_batch_size: int = 1000
+    api_batch_clients: int = 2
 
 
 @dataclass
@@ -217,20 +233,25 @@ class Runner:
         argv = [sys.executable, "-m", "tests.benchmarks.producer", self.system.name, op]
         for key, value in kw.items():
             argv += [f"--{key}", str(value)]
-        log = self.run_dir / f"{self.system.name}-producer-{op}.log"
+        return self._run_json(argv, self._env(db_url), timeout, f"producer {op}",
+                              self.run_dir / f"{self.system.name}-producer-{op}.log")
+
+    def _run_json(self, argv: list[str], env: dict[str, str], timeout: float, what: str,
+                  log: Path) -> dict[str, Any]:
+        """Run a timed helper subprocess whose last stdout line is {"ok": ..., ...}."""
         limit = timeout * self.opts.timeout_scale
         try:
             proc = subprocess.run(
                 argv,
                 cwd=REPO_ROOT,
-                env=self._env(db_url),
+                env=env,
                 capture_output=True,
                 timeout=limit,
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
             log.write_bytes((exc.stdout or b"") + (exc.stderr or b""))
-            raise PhaseFailed("timeout", f"producer {op} exceeded {limit:.1f}s") from None
+            raise PhaseFailed("timeout", f"{what} exceeded {limit:.1f}s") from None
         log.write_bytes(proc.stdout + b"\n--- stderr ---\n" + proc.stderr)
         lines = proc.stdout.decode(errors="replace").strip().splitlines()
         try:
@@ -239,7 +260,7 @@ class Runner:
             out = {}
         if proc.returncode != 0 or not out.get("ok"):
             reason = out.get("error") or tail(log, 5) or f"exit {proc.returncode}"
-            raise PhaseFailed("error", f"producer {op}: {reason}")
+            raise PhaseFailed("error", f"{what}: {reason}")
         return out
 
     def start_workers(self, db_url: str, k: int, phase: str, latency_dir: Path | None) -> float:
@@ -446,6 +467,68 @@ class Runner:
             self.drop_db(name)
 
 
+    def api_submit(self) -> dict[str, Any]:
+        """`skiplock api` under gunicorn (``api_workers`` processes) on a fresh database, driven
+        over HTTP by a client subprocess: single submits from ``api_clients`` keep-alive clients,
+        then batch submits. Every request also writes its audit row, as in production."""
+        o = self.opts
+        command = self.system.api_command("", "", 0)
+        if command is None:
+            raise PhaseFailed("–", f"{self.system.name} has no HTTP API")
+        name, url = self.fresh_db("api")
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            base = f"http://127.0.0.1:{port}"
+            token = secrets.token_hex(32)
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            argv, extra = self.system.api_command(url, f"127.0.0.1:{port}", o.api_workers)  # type: ignore[misc]
+            extra = {**extra, "SKIPLOCK_API_TOKENS": f"bench:submitter:{digest}"}
+            log = self.run_dir / f"{self.system.name}-api.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=self._env(url, extra), stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.workers.append(Worker(proc, log))
+            self._wait_api_ready(proc, base, log, 60)
+            env = {**self._env(url), "BENCH_API_TOKEN": token}
+            single_n = o.api_clients * o.api_requests
+            single = self._run_json(
+                [sys.executable, "-m", "tests.benchmarks.api_client", "single", "--base", base,
+                 "--clients", str(o.api_clients), "--requests", str(o.api_requests)],
+                env, 60 + single_n / 50, "api single", self.run_dir / f"{self.system.name}-api-single.log")
+            batch_n = o.api_batches * o.api_batch_size
+            batch = self._run_json(
+                [sys.executable, "-m", "tests.benchmarks.api_client", "batch", "--base", base,
+                 "--clients", str(o.api_batch_clients), "--batches", str(o.api_batches),
+                 "--size", str(o.api_batch_size)],
+                env, 60 + batch_n / 500, "api batch", self.run_dir / f"{self.system.name}-api-batch.log")
+            codes = self.stop_workers()
+            self._check_stop_codes(codes, "api")
+            self._verify_rows(url, single_n + batch_n, "api submit")
+            return {"single": single_n / single["seconds"], "batch": batch_n / batch["seconds"],
+                    "single_p50_ms": single["p50_ms"], "single_p99_ms": single["p99_ms"],
+                    "batch_p50_ms": batch["p50_ms"], "batch_p99_ms": batch["p99_ms"]}
+        finally:
+            self.stop_workers()
+            self.drop_db(name)
+
+    def _wait_api_ready(self, proc: subprocess.Popen[bytes], base: str, log: Path, timeout: float) -> None:
+        deadline = time.monotonic() + timeout * self.opts.timeout_scale
+        while True:
+            if proc.poll() is not None:
+                raise PhaseFailed("error", f"skiplock api exited with {proc.returncode}:\n{tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise PhaseFailed("timeout", f"skiplock api not ready after {timeout:.0f}s:\n{tail(log)}")
+            time.sleep(POLL_INTERVAL)
+
+
 # --------------------------------------------------------------------------------- driver
 
 # phase name -> (table keys it fills, how to run it once)
@@ -456,7 +539,21 @@ PHASES: list[tuple[str, list[str], Any]] = [
     ("drain 2 workers", ["drain_2", "drain_2_steady"], lambda r, o: r.drain(2, o.tasks)),
     ("latency", ["lat_p50", "lat_p95", "lat_p99"],
      lambda r, o: r.latency(o.latency_tasks, o.latency_rate)),
+    ("api submit", ["api_single", "api_batch"], lambda r, o: r.api_submit()),
 ]
+API_PHASE = "api submit"
+
+
+def selected(phase: str, opts: Options) -> bool:
+    """Whether the run measures this phase at all (--api-only / --no-api)."""
+    return opts.api if phase == API_PHASE else not opts.api_only
+
+
+def applies(runner: Runner, phase: str, opts: Options) -> bool:
+    """Whether this phase runs for this system: the API phase only for a system with an HTTP API."""
+    if not selected(phase, opts):
+        return False
+    return phase != API_PHASE or runner.system.api_command("", "", 0) is not None
 
 
 def run_phase(runner: Runner, phase: str, fn: Any, opts: Options, rep: int) -> None:
@@ -505,6 +602,19 @@ def aggregate(runner: Runner, opts: Options) -> None:
             cells[keys[0]] = statistics.median(runs)
             if len(runs) > 1:
                 res.notes.append(f"{phase}: runs {_spread(runs, 'tasks/s')} (median shown)")
+        elif phase == API_PHASE:
+            cells[keys[0]] = statistics.median(r["single"] for r in runs)
+            cells[keys[1]] = statistics.median(r["batch"] for r in runs)
+            last = runs[-1]
+            res.notes.append(
+                f"api submit: gunicorn {opts.api_workers} workers × 4 threads; single: {opts.api_clients} "
+                f"clients × {opts.api_requests} POST /v1/tasks, request p50/p99 {last['single_p50_ms']:.1f}/"
+                f"{last['single_p99_ms']:.1f} ms; batch: {opts.api_batches} × {opts.api_batch_size} tasks "
+                f"from {opts.api_batch_clients} clients, request p50/p99 {last['batch_p50_ms']:.0f}/"
+                f"{last['batch_p99_ms']:.0f} ms"
+                + (f"; single {_spread([r['single'] for r in runs], 'tasks/s')}, batch "
+                   f"{_spread([r['batch'] for r in runs], 'tasks/s')} (medians shown)" if len(runs) > 1 else "")
+            )
         elif phase.startswith("drain"):
             cells[keys[0]] = statistics.median(r["rate"] for r in runs)
             steady = [r["steady"] for r in runs if r["steady"] is not None]
@@ -548,7 +658,8 @@ def run_all(order: list[str], server_url: str, run_dir: Path, opts: Options) -> 
         for rep in range(opts.repeat):
             for phase, _keys, fn in PHASES:
                 for runner in runners.values():
-                    if phase not in runner.failures:  # a failed phase is not retried
+                    # a failed phase is not retried
+                    if phase not in runner.failures and applies(runner, phase, opts):
                         run_phase(runner, phase, fn, opts, rep)
     except KeyboardInterrupt:
         print("interrupted: cleaning up; phases not run show –", file=sys.stderr, flush=True)
@@ -577,7 +688,7 @@ def ratio(a: Any, b: Any) -> str:
     return "–"
 
 
-def render_table(results: dict[str, SystemResult], order: list[str]) -> str:
+def render_table(results: dict[str, SystemResult], order: list[str], opts: Options | None = None) -> str:
     header = ["metric", *order]
     with_pgq = "skiplock" in results and "pgqueuer" in results
     with_raw = "skiplock" in results and "raw" in results
@@ -589,7 +700,10 @@ def render_table(results: dict[str, SystemResult], order: list[str]) -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
     ]
+    shown = {key for phase, keys, _ in PHASES if opts is None or selected(phase, opts) for key in keys}
     for key, label, kind in METRICS:
+        if key not in shown:
+            continue
         row = [label] + [fmt(results[s].cells.get(key), kind) for s in order]
         sk = results.get("skiplock")
         if with_pgq:
@@ -649,8 +763,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write all numbers and notes as JSON")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the worker/producer logs directory (printed at the end)")
+    api = parser.add_mutually_exclusive_group()
+    api.add_argument("--api-only", action="store_true",
+                     help="only the API phase (skiplock api under gunicorn; implies --systems skiplock)")
+    api.add_argument("--no-api", action="store_true", help="leave the API phase out")
+    parser.add_argument("--api-workers", type=int, default=2, help="gunicorn workers of skiplock api (default 2)")
+    parser.add_argument("--api-clients", type=int, default=8,
+                        help="concurrent HTTP clients of the single-submit run (default 8)")
+    parser.add_argument("--api-requests", type=int, default=None,
+                        help="POST /v1/tasks per client (default 500; --quick: 100)")
+    parser.add_argument("--api-batches", type=int, default=None,
+                        help="POST /v1/tasks:batch requests (default 10; --quick: 3)")
+    parser.add_argument("--api-batch-size", type=int, default=1000, help="tasks per batch request (default 1000)")
+    parser.add_argument("--api-batch-clients", type=int, default=2,
+                        help="concurrent HTTP clients of the batch run (default 2)")
     args = parser.parse_args(argv)
 
+    if args.api_only:
+        args.systems = "skiplock"
     order = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in order if s not in systems_mod.SYSTEMS]
     if unknown or not order:
@@ -671,6 +801,14 @@ def main(argv: list[str] | None = None) -> int:
             raw_batch_size=args.raw_batch_size,
         ),
         keep_logs=args.keep_logs,
+        api=not args.no_api,
+        api_only=args.api_only,
+        api_workers=args.api_workers,
+        api_clients=args.api_clients,
+        api_requests=args.api_requests or (100 if args.quick else 500),
+        api_batches=args.api_batches or (3 if args.quick else 10),
+        api_batch_size=args.api_batch_size,
+        api_batch_clients=args.api_batch_clients,
     )
     server_url = os.environ.get("SKIPLOCK_TEST_DATABASE_URL") or DEFAULT_URL
 
@@ -688,11 +826,13 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()[1]
 
     print()
-    print(
-        f"## skiplock benchmark — {tasks:,} tasks per enqueue/drain phase, "
-        f"{opts.latency_tasks} latency tasks at {opts.latency_rate:g}/s"
-        + (f", {opts.repeat} runs each (median)" if opts.repeat > 1 else "")
-    )
+    if opts.api_only:
+        title = (f"## skiplock benchmark — API submission: {opts.api_clients} × {opts.api_requests:,} single, "
+                 f"{opts.api_batches} × {opts.api_batch_size:,} batch")
+    else:
+        title = (f"## skiplock benchmark — {tasks:,} tasks per enqueue/drain phase, "
+                 f"{opts.latency_tasks} latency tasks at {opts.latency_rate:g}/s")
+    print(title + (f", {opts.repeat} runs each (median)" if opts.repeat > 1 else ""))
     print()
     print(
         f"{server_facts(server_url)} at {redact(server_url)}; {os.cpu_count()} CPUs; "
@@ -700,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         f"5-min load average {load_before:.1f} before the run, {load_after:.1f} at its end"
     )
     print()
-    print(render_table(results, order))
+    print(render_table(results, order, opts))
     print()
     print("Throughput rows: higher is better; latency rows: lower is better (so a ratio < 1 is "
           "better for skiplock there). `error`/`timeout`: see the notes.")

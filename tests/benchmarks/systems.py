@@ -78,6 +78,11 @@ class System:
     def worker_command(self, db_url: str, index: int) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
 
+    def api_command(self, db_url: str, bind: str, workers: int) -> tuple[list[str], dict[str, str]] | None:
+        """argv and extra environment of the system's HTTP submission service; None: it has none
+        (the API phase is skipped for it)."""
+        return None
+
 
 # --------------------------------------------------------------------------------------- raw
 
@@ -364,6 +369,16 @@ class SkiplockSystem(System):
                 "SKIPLOCK_METRICS_PORT": "0",
                 "SKIPLOCK_CLAIM_BATCH": str(self.settings.skiplock_claim_batch),
             },
+        )
+
+    def api_command(self, db_url: str, bind: str, workers: int) -> tuple[list[str], dict[str, str]] | None:
+        """`skiplock api` (gunicorn, gthread workers with the default 4 threads each); the caller
+        adds SKIPLOCK_API_TOKENS."""
+        argv, _ = self.worker_command(db_url, 0)
+        head = argv[: argv.index("worker")]
+        return (
+            head + ["api", "--bind", bind, "--workers", str(workers)],
+            {"SKIPLOCK_DATABASE_URL": db_url, "SKIPLOCK_LOG_FORMAT": "text", "SKIPLOCK_LOG_LEVEL": "WARNING"},
         )
 
 

@@ -89,6 +89,13 @@ class DeliveryNotFound(SkiplockError):
     status = 404
 
 
+class DeliveryNotDead(SkiplockError):
+    """Only a dead delivery can be redelivered; a pending one is still being tried."""
+
+    code = "delivery.not_dead"
+    status = 409
+
+
 # ---- the HTTP API (services/skiplock/api) ---------------------------------------------------
 
 class IdempotencyConflict(SkiplockError):

@@ -54,6 +54,7 @@ class Settings:
     claim_batch: int = 0  # 0: as many as free slots
     stuck_grace_seconds: float = 10.0
     metrics_port: int = 9090
+    dev_api_port: int = 8080  # `skiplock dev` serves the HTTP API here (0: any free port)
     schedules_file: str | None = None
     schedules_prune: bool = False
     gauges_seconds: float = 15.0
@@ -107,6 +108,8 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_CLAIM_BATCH={self.claim_batch}: must be >= 0")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"SKIPLOCK_METRICS_PORT={self.metrics_port}: must be 0-65535")
+        if not 0 <= self.dev_api_port <= 65535:
+            raise ConfigError(f"SKIPLOCK_DEV_API_PORT={self.dev_api_port}: must be 0-65535")
         for variable, value in (("GAUGES_SECONDS", self.gauges_seconds),
                                 ("RETENTION_SECONDS", self.retention_seconds)):
             if value <= 0:
@@ -176,6 +179,7 @@ class Settings:
             claim_batch=env.integer("CLAIM_BATCH", 0),
             stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS", 10.0),
             metrics_port=env.integer("METRICS_PORT", 9090),
+            dev_api_port=env.integer("DEV_API_PORT", 8080),
             schedules_file=env.text("SCHEDULES_FILE", None),
             schedules_prune=env.boolean("SCHEDULES_PRUNE", False),
             gauges_seconds=env.number("GAUGES_SECONDS", 15.0),
