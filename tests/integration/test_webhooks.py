@@ -612,3 +612,31 @@ def test_an_expired_attempt_of_a_disabled_endpoint_is_not_sent(store, db_url, db
     with dispatcher(store) as d:
         d.run_once()
     assert recorder.requests == []
+
+
+def test_delivery_ids_are_time_ordered_uuid7(store, db_url, db, receiver):
+    add_endpoint(store, receiver, "/hook", events=["task.completed"])
+    for _ in range(5):
+        complete(store, db_url)
+    rows = db.execute("SELECT id, created_at FROM skiplock.webhook_deliveries ORDER BY id").fetchall()
+    assert len(rows) == 5
+    assert [r[0].version for r in rows] == [7] * 5
+    assert [r[1] for r in rows] == sorted(r[1] for r in rows)  # id order is creation order
+
+
+def test_endpoint_changes_switch_the_outbox_trigger_only_when_needed(store, db):
+    def trigger_enabled():
+        return db.execute("SELECT tgenabled <> 'D' FROM pg_trigger WHERE tgname = 'task_events_outbox'").fetchone()[0]
+
+    assert not trigger_enabled()
+    a = store.add_webhook("http://127.0.0.1:1/a", ["task.*"], generate_secret())
+    b = store.add_webhook("http://127.0.0.1:1/b", ["task.*"], generate_secret())
+    assert trigger_enabled()
+    # a transaction holding task_events does not block a change that switches nothing
+    with psycopg.connect(db.info.dsn) as blocker:
+        blocker.execute("LOCK TABLE skiplock.task_events IN ROW EXCLUSIVE MODE")
+        store.set_webhook_enabled(a.id, False, reason="test")
+        assert trigger_enabled()
+        blocker.rollback()
+    store.remove_webhook(b.id)
+    assert not trigger_enabled()  # no enabled endpoint left: fan-out costs nothing

@@ -9,6 +9,15 @@ LOCK TABLE skiplock.webhook_endpoints IN SHARE ROW EXCLUSIVE MODE;
 -- name: webhook_endpoints_any_enabled
 SELECT EXISTS (SELECT 1 FROM skiplock.webhook_endpoints WHERE enabled);
 
+-- name: outbox_trigger_enabled
+SELECT tgenabled <> 'D' FROM pg_trigger
+WHERE tgrelid = 'skiplock.task_events'::regclass AND tgname = 'task_events_outbox';
+
+-- name: outbox_trigger_lock_timeout
+-- Switching the trigger locks task_events against writers: never queue behind a long
+-- transaction (and make every transition queue behind us) for more than this.
+SET LOCAL lock_timeout = '5s';
+
 -- name: outbox_trigger_enable
 ALTER TABLE skiplock.task_events ENABLE TRIGGER task_events_outbox;
 
