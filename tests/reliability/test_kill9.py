@@ -19,7 +19,8 @@ ENV = {"SKIPLOCK_LEASE_SECONDS": LEASE, "SKIPLOCK_HEARTBEAT_SECONDS": HEARTBEAT,
 
 def test_kill_9_workers_mid_drain_loses_nothing_and_reruns_only_reclaimed_tasks(db_url, db, processes):
     rng = random.Random()
-    skiplock.enqueue_many(db_url, "t.record", [{"sleep": 0.005}] * TASKS)
+    # ~12 tasks run at once: 30 ms each keeps the drain going well past the four kills
+    skiplock.enqueue_many(db_url, "t.record", [{"sleep": 0.03}] * TASKS)
 
     def spawn():
         proc = processes.spawn(db_url, "--concurrency", "4", env=ENV)
