@@ -69,3 +69,28 @@ def install_signal_handlers(stop: Stop) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4, prepare=None) -> int:
+    """The common tail of every role's entry: signals -> metrics -> store -> role -> serve
+    /metrics, /healthz, /readyz -> run until stopped. `build(store, metrics, stop)` returns an
+    object with `run() -> exit code` and `ready() -> bool`; `prepare(store)` runs first."""
+    from .metrics import Metrics, MetricsServer
+    from .store import Store
+
+    stop = Stop()
+    install_signal_handlers(stop)
+    metrics = Metrics()
+    store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min, max_size=pool_max,
+                  name=name).open()
+    try:
+        if prepare is not None:
+            prepare(store)
+        role = build(store, metrics, stop)
+        server = MetricsServer(metrics, settings.metrics_port, role.ready).start()
+        try:
+            return role.run()
+        finally:
+            server.stop()
+    finally:
+        store.close()
