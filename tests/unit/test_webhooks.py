@@ -354,3 +354,27 @@ def test_parse_retry_after_never_raises_on_garbage():
                                      "2002:a00:1::1"])  # 6to4 of 10.0.0.1
 def test_permitted_refuses_ipv6_forms_embedding_internal_ipv4(address):
     assert not AddressGuard().permitted(ipaddress.ip_address(address))
+
+
+def test_a_stuck_resolver_is_given_up_on(monkeypatch):
+    import socket
+    import threading
+
+    from skiplock.engine.errors import WebhookAddressRefused
+
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def stuck(host, *args, **kwargs):
+        if host == "stuck.example.test":
+            release.wait(10)
+            raise socket.gaierror("never resolved (test)")  # no real lookup: tests stay off the network
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stuck)
+    guard = AddressGuard(resolve_timeout=0.2)
+    try:
+        with pytest.raises(WebhookAddressRefused, match="resolving 'stuck.example.test' took over 0.2s"):
+            guard.resolve("http://stuck.example.test/hook")
+    finally:
+        release.set()

@@ -188,7 +188,9 @@ class Dispatcher:
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.sender = Sender(settings, AddressGuard(settings.webhook_allowed_networks))
+        guard = AddressGuard(settings.webhook_allowed_networks,
+                             resolve_timeout=min(5.0, settings.webhook_timeout_seconds))
+        self.sender = Sender(settings, guard)
         self.pool = ThreadPoolExecutor(settings.webhook_concurrency, thread_name_prefix="webhook")
         self.counts = {"delivered": 0, "retry": 0, "dead": 0, "gone": 0, "released": 0, "stale": 0}
         self._healthy = False

@@ -8,6 +8,7 @@ is the only I/O (`AddressGuard.resolve`).
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import hashlib
 import hmac
@@ -88,6 +89,8 @@ class Target:
 
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# name lookups run here so that a caller can stop waiting for one (threads start on first use)
+_RESOLVER = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="resolve")
 
 
 class AddressGuard:
@@ -95,7 +98,8 @@ class AddressGuard:
     including cloud metadata at 169.254.169.254, multicast, reserved, shared, unspecified),
     unless an allow-listed network contains them."""
 
-    def __init__(self, allowed_networks: Sequence[str] = ()):
+    def __init__(self, allowed_networks: Sequence[str] = (), resolve_timeout: float = 5.0):
+        self.resolve_timeout = resolve_timeout
         self.allowed = []
         for net in allowed_networks:
             try:
@@ -145,8 +149,13 @@ class AddressGuard:
         name resolves to must be permitted (a name pointing at one public and one private
         address is refused: which one a client uses is not ours to predict)."""
         scheme, host, port, path = self.parse(url)
+        # getaddrinfo has no timeout of its own: a stuck resolver must not hold a sender for ever
+        lookup = _RESOLVER.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            infos = lookup.result(timeout=self.resolve_timeout)
+        except concurrent.futures.TimeoutError:
+            raise WebhookAddressRefused(f"url {url!r}: resolving {host!r} took over "
+                                        f"{self.resolve_timeout:g}s") from None
         except (socket.gaierror, UnicodeError) as exc:
             raise WebhookAddressRefused(f"url {url!r}: cannot resolve {host!r} ({exc})") from None
         addresses = []
