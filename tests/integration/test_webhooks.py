@@ -504,25 +504,28 @@ def test_a_name_resolving_to_loopback_is_refused_at_delivery(store, db_url, db, 
 
 def test_unsendable_endpoints_and_garbage_answers_never_crash_the_dispatcher(store, db_url, db, receiver,
                                                                              monkeypatch):
-    """Regression: a URL httpx refuses (a control character), a non-ASCII host name, or a
-    Retry-After of '²' made Sender.send raise, which crashed run_once and the dispatcher loop
-    with every claimed delivery of the batch stuck in 'delivering'."""
+    """Regression: a URL httpx refuses (a control character) or a Retry-After of '²' made
+    Sender.send raise, which crashed run_once and the dispatcher loop with every claimed delivery
+    of the batch stuck in 'delivering'. A non-ASCII host name is sent in its punycode form."""
     _, good = add_endpoint(store, receiver, "/good", events=["task.completed"])
     _, garbage = add_endpoint(store, receiver, "/garbage", events=["task.completed"],
                               answers=[Response("", status=503, headers={"Retry-After": "²"})])
     control = store.add_webhook(f"http://127.0.0.1:{receiver.port}/a\x01b", ["task.completed"], generate_secret())
+    _, idn_recorder = add_endpoint(store, receiver, "/x", events=["task.completed"])
     idn = store.add_webhook(f"http://bücher.example.test:{receiver.port}/x", ["task.completed"], generate_secret())
     real = socket.getaddrinfo
     monkeypatch.setattr(webhooks_module.socket, "getaddrinfo", lambda host, port, *a, **k: real(
-        "127.0.0.1" if host == "bücher.example.test" else host, port, *a, **k))
+        "127.0.0.1" if host == "xn--bcher-kva.example.test" else host, port, *a, **k))
     complete(store, db_url)
     with dispatcher(store) as d:
-        assert d.run_once() == {"delivered": 1, "retry": 3}
+        assert d.run_once() == {"delivered": 3, "retry": 2}
     assert len(good.requests) == 1 and len(garbage.requests) == 1
+    assert sorted(r["headers"]["Host"] for r in idn_recorder.requests) == \
+        sorted([f"127.0.0.1:{receiver.port}", f"xn--bcher-kva.example.test:{receiver.port}"])
     rows = {r[0]: r for r in db.execute("SELECT endpoint_id, state, attempts, last_status, last_error "
                                         "FROM skiplock.webhook_deliveries").fetchall()}
     assert rows[control.id][1:3] == ("pending", 1) and "InvalidURL" in rows[control.id][4]
-    assert rows[idn.id][1:3] == ("pending", 1) and rows[idn.id][4]
+    assert rows[idn.id][1:3] == ("delivered", 1)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries WHERE state = 'delivering'") == 0
 
 

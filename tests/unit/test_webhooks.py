@@ -378,3 +378,10 @@ def test_a_stuck_resolver_is_given_up_on(monkeypatch):
             guard.resolve("http://stuck.example.test/hook")
     finally:
         release.set()
+
+
+def test_an_internationalized_host_is_used_in_its_ascii_form():
+    assert AddressGuard.parse("https://bücher.example.test/hook") == \
+        ("https", "xn--bcher-kva.example.test", 443, "/hook")
+    with pytest.raises(InvalidInput, match="not a valid internationalized name"):
+        AddressGuard.parse("http://" + "ü" * 70 + ".example.test/")

@@ -127,7 +127,14 @@ class AddressGuard:
             raise InvalidInput(f"url {url!r}: contains whitespace")
         port = port or (443 if parts.scheme == "https" else 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        return parts.scheme, parts.hostname, port, path
+        host = parts.hostname
+        if not host.isascii():
+            # an internationalized name travels as its ASCII (punycode) form: in DNS, Host and SNI
+            try:
+                host = host.encode("idna").decode("ascii")
+            except UnicodeError:
+                raise InvalidInput(f"url {url!r}: host {host!r} is not a valid internationalized name") from None
+        return parts.scheme, host, port, path
 
     def permitted(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         if any(address in net for net in self.allowed):
