@@ -260,10 +260,11 @@ class Store:
         self._pool.close(timeout=5)
 
     @contextmanager
-    def connection(self):
-        """Borrow a pooled connection; connection trouble surfaces as DatabaseUnavailable."""
+    def connection(self, timeout: float | None = None):
+        """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s);
+        connection trouble surfaces as DatabaseUnavailable."""
         try:
-            with translated_errors(), self._pool.connection() as conn:
+            with translated_errors(), self._pool.connection(timeout=timeout) as conn:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
@@ -273,8 +274,8 @@ class Store:
             return conn.execute(self.sql[name], params).fetchall()
 
     # -- health
-    def ping(self) -> None:
-        with self.connection() as conn:
+    def ping(self, timeout: float | None = None) -> None:
+        with self.connection(timeout) as conn:
             conn.execute("SELECT 1")
 
     # -- enqueue
@@ -781,7 +782,7 @@ class _BoundStore(Store):
         self._conn = conn
 
     @contextmanager
-    def connection(self):
+    def connection(self, timeout: float | None = None):
         with translated_errors():
             yield self._conn
 
