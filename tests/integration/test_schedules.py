@@ -225,3 +225,14 @@ def test_a_row_that_cannot_be_evaluated_is_postponed_not_spun_on(store: Store, d
     assert counts.fired == 1  # the good schedule still fires
     broken = db.execute("SELECT next_fire_at FROM skiplock.schedules WHERE name = 'broken'").fetchone()[0]
     assert broken == T0 + 70 * S  # looked at again in a minute, not at every tick
+
+
+def test_a_schedule_whose_payload_is_over_the_limit_is_postponed_and_the_rest_fire(store: Store, db):
+    big = Schedule(name="big", kind="k", interval_seconds=10, payload={"blob": "x" * 2000})
+    small = Schedule(name="small", kind="k", interval_seconds=10)
+    store.apply_schedules([big, small], now=T0)
+    counts = Firer(store, Metrics(), max_payload_bytes=1000).run_once(now=T0 + 10 * S)
+    assert counts.fired == 1
+    assert [t[7] for t in tasks_of(db, "small")] == [idempotency_key("small", T0 + 10 * S)]
+    assert tasks_of(db, "big") == [] and fires_of(db, "big") == []
+    assert store.get_schedule("big").next_fire_at == T0 + 70 * S
