@@ -7,6 +7,7 @@ module registers nothing and tests can build as many as they like.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Callable
@@ -20,6 +21,30 @@ log = logging.getLogger("skiplock.metrics")
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+def observe_many(histogram, amounts) -> None:
+    """histogram.observe(a) for every a, with one lock round per touched bucket instead of two
+    per value (the worker records a wait and a duration per task, a hundred per round trip).
+    Falls back to observe() if prometheus_client's internals are not the ones expected."""
+    try:
+        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
+    except AttributeError:
+        for amount in amounts:
+            histogram.observe(amount)
+        return
+    counts = [0] * len(bounds)
+    summed = 0.0
+    last = len(bounds) - 1
+    for amount in amounts:
+        summed += amount
+        i = bisect.bisect_left(bounds, amount)  # the first bound >= amount, as observe() picks
+        if i <= last and amount == amount:      # NaN: no bucket, as in observe()
+            counts[i] += 1
+    total.inc(summed)
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 class Metrics:

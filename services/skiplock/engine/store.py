@@ -201,7 +201,7 @@ COPY_THRESHOLD = 64
 _COPY_NULL = "\\N"
 
 
-def _copy_line(task_id: uuid.UUID, s: TaskSpec) -> str:
+def _copy_line(task_id: uuid.UUID | str, s: TaskSpec) -> str:
     """One tasks row in COPY text format."""
     payload = s.payload_json.replace("\\", "\\\\")
     max_attempts = _COPY_NULL if s.max_attempts is None else s.max_attempts
@@ -218,10 +218,11 @@ def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[u
             # COPY's text format, written in one piece. Kinds and queues are validated names (no
             # tab, newline or backslash); payloads are JSON text, whose only special character
             # for COPY is the backslash of its escapes.
+            texts = list(map(str, ids))  # each id printed once, for both tables
             with cur.copy(sql["task_copy_in"]) as copy:
-                copy.write("".join(map(_copy_line, ids, specs)).encode())
+                copy.write("".join(map(_copy_line, texts, specs)).encode())
             with cur.copy(sql["task_event_copy_in"]) as copy:
-                copy.write("".join(f"{task_id}\t1\tqueued\t0\n" for task_id in ids).encode())
+                copy.write("".join([f"{task_id}\t1\tqueued\t0\n" for task_id in texts]).encode())
             cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted({s.queue for s in specs})})
     return ids
 
@@ -230,6 +231,7 @@ def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[u
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
                         "kind_max_attempts")
+assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # _settle_params reads them by position
 
 
 def _jsonb(value: Any) -> Jsonb | None:
@@ -303,9 +305,12 @@ class Store:
         tasks = []
         for row in self._fetch("task_settle_and_claim", params):
             if row[0] is None:
-                tasks.append(ClaimedTask(*row[1:]))
+                tasks.append(ClaimedTask._make(row[1:]))
             else:
-                applied = {uuid.UUID(k): v for k, v in row[0].items()}
+                # keys are the ids as sent (Postgres prints a uuid one way): map them back
+                # rather than parse a UUID per outcome
+                sent = {str(s.task_id): s.task_id for s in settlements}
+                applied = {(sent.get(k) or uuid.UUID(k)): v for k, v in row[0].items()}
         return applied, tasks
 
     def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
@@ -331,10 +336,10 @@ class Store:
     @staticmethod
     def _settle_params(settlements: Sequence[Settlement]) -> dict:
         rows = []
+        optional = _SETTLEMENT_OPTIONAL
         for s in settlements:
             row = {"id": str(s.task_id), "token": s.lease_token, "outcome": s.outcome}
-            for name in _SETTLEMENT_OPTIONAL:
-                value = getattr(s, name)
+            for name, value in zip(optional, s[3:]):  # the fields after outcome, in order
                 if value is not None:
                     row[name] = value
             rows.append(row)

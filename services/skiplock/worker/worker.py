@@ -35,7 +35,7 @@ import psycopg
 from ..engine.errors import DatabaseUnavailable
 from ..engine.handlers import REGISTRY, Registry
 from ..engine.lifecycle import Stop
-from ..engine.metrics import Metrics
+from ..engine.metrics import Metrics, observe_many
 from ..engine.model import ClaimedTask, Fail, Retry, Settlement, Step, TaskDef
 from ..engine.retry import retry_delay
 from ..engine.settings import Settings
@@ -74,7 +74,7 @@ class _Run:
     """One claimed task in this process, from claim to written outcome."""
 
     __slots__ = ("task", "ctx", "definition", "started", "handler_done", "given_up", "timed_out",
-                 "settlement")
+                 "settlement", "elapsed")
 
     def __init__(self, task: ClaimedTask, ctx: Context, definition: TaskDef | None):
         self.task, self.ctx, self.definition = task, ctx, definition
@@ -83,6 +83,7 @@ class _Run:
         self.given_up = False       # released, abandoned or lost: the handler's outcome is dropped
         self.timed_out = False
         self.settlement: Settlement | None = None
+        self.elapsed: float | None = None  # handler run time, observed when the outcome is written
 
 
 class _Handoff:
@@ -327,11 +328,15 @@ class Worker:
 
     def _dispatch(self, tasks: list[ClaimedTask]) -> None:
         runs = []
+        waits: dict[str, list[float]] = {}
+        get_definition, store = self.registry.get, self.store
         for task in tasks:
-            runs.append(_Run(task, Context(task, self.store, log), self.registry.get(task.kind)))
-            self._child(self.metrics.task_wait, task.queue).observe(max(task.waited_seconds, 0.0))
-        for queue_name, n in collections.Counter(t.queue for t in tasks).items():
-            self._child(self.metrics.tasks_claimed, queue_name).inc(n)
+            runs.append(_Run(task, Context(task, store, log), get_definition(task.kind)))
+            waited = task.waited_seconds
+            waits.setdefault(task.queue, []).append(waited if waited > 0.0 else 0.0)
+        for queue_name, queue_waits in waits.items():
+            observe_many(self._child(self.metrics.task_wait, queue_name), queue_waits)
+            self._child(self.metrics.tasks_claimed, queue_name).inc(len(queue_waits))
         with self._lock:
             for run in runs:
                 self._runs[run.task.id] = run
@@ -385,11 +390,13 @@ class Worker:
         self._handler_finished(run, outcome)
 
     def _success(self, run: _Run, value) -> Settlement:
+        if value is None:  # the common case: nothing to encode or check
+            return self._settlement(run, "completed", result=None)
         if isinstance(value, Step):
             return self._settlement(run, "step", cursor=value.cursor, progress=value.progress,
                                     message=value.message, delay=max(float(value.delay or 0), 0.0))
         try:
-            encoded = json.dumps(value, allow_nan=False)
+            encoded = _RESULT_JSON.encode(value)
         except (TypeError, ValueError) as exc:
             return self._settlement(run, "failed", error=f"handler result is not JSON-serializable: {exc}")
         if "\\u0000" in encoded:
@@ -437,7 +444,7 @@ class Worker:
                 _rollback(held)
             log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": settlement.outcome})
             return
-        self._child(self.metrics.task_duration, run.task.queue, run.task.kind).observe(elapsed)
+        run.elapsed = elapsed  # observed in _record, many at a time
         if held is not None:
             self._settle_in_transaction(run, settlement, held)
         else:
@@ -497,15 +504,26 @@ class Worker:
             for run in runs:
                 self._runs.pop(run.task.id, None)
             self.metrics.worker_inflight.set(len(self._runs))
+        finished: dict[tuple[str, str, str], int] = {}
+        durations: dict[tuple[str, str], list[float]] = {}
+        settled = 0
         for run in runs:
-            state = applied.get(run.task.id)
+            task = run.task
+            if run.elapsed is not None:
+                durations.setdefault((task.queue, task.kind), []).append(run.elapsed)
+            state = applied.get(task.id)
             operation = run.settlement.outcome
             if state is None:
                 self._reject(operation, run)
                 continue
-            self.counts["settled"] += 1
-            self._child(self.metrics.tasks_finished, run.task.queue, run.task.kind,
-                        _outcome_label(operation, state)).inc()
+            settled += 1
+            key = (task.queue, task.kind, _outcome_label(operation, state))
+            finished[key] = finished.get(key, 0) + 1
+        self.counts["settled"] += settled
+        for labels, n in finished.items():
+            self._child(self.metrics.tasks_finished, *labels).inc(n)
+        for labels, values in durations.items():
+            observe_many(self._child(self.metrics.task_duration, *labels), values)
 
     def _reject(self, operation: str, run: _Run) -> None:
         self.counts["rejected"] += 1
@@ -631,6 +649,10 @@ class Worker:
         # listener reconnected) mean "look everywhere"
         if payload is None or payload == "*" or payload in self.config.queues:
             self._wake.set()
+
+
+# json.dumps(value, allow_nan=False) builds a new encoder per call; handlers' results share one.
+_RESULT_JSON = json.JSONEncoder(allow_nan=False)
 
 
 def _outcome_label(operation: str, state: str) -> str:
