@@ -99,3 +99,16 @@ def processes():
     group = harness.ProcessGroup()
     yield group
     group.kill_all()
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver: a threaded pytest-httpserver on 127.0.0.1 (a handler that sleeps must
+    not hold up the others)."""
+    from pytest_httpserver import HTTPServer
+
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server.start()
+    yield server
+    server.clear()
+    server.stop()

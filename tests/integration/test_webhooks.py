@@ -49,16 +49,6 @@ def dispatcher(store: Store, **overrides):
         d.sender.close()
 
 
-@pytest.fixture
-def receiver():
-    """A threaded pytest-httpserver on 127.0.0.1 (a sleeping handler must not hold up the others)."""
-    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
-
-
 class Recorder:
     """A receiver handler: records every request, verifies its signature with the independent
     verifier, and answers with the next of `answers` (the last one repeats)."""

@@ -50,12 +50,9 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver_server():
-    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
+def receiver_server(receiver):
+    """The HTTP server (tests/conftest.py `receiver`); here `receiver` names the Receiver handler."""
+    return receiver
 
 
 def subscribe(store, server: HTTPServer, receiver: Receiver, events=("task.completed",)):
