@@ -22,7 +22,7 @@ from ..engine.errors import SkiplockError
 from ..engine.store import Store
 from .context import api
 from .operations import operation
-from .render import AUDIT_ENTRY, audit_json, json_response, page
+from .render import AUDIT_ENTRY, audit_json, page, page_response
 from .schema import Integer, Name, String
 
 log = logging.getLogger("skiplock.api.audit")
@@ -95,7 +95,4 @@ def list_audit():
     cursor = int(q["cursor"]) if q["cursor"] is not None else None
     entries = api().store.audit_entries(action=q["action"], actor=q["actor"], target=q["target"],
                                         cursor=cursor, limit=q["limit"] + 1)
-    more = len(entries) > q["limit"]
-    entries = entries[:q["limit"]]
-    return json_response({"entries": [audit_json(e) for e in entries],
-                          "next_cursor": str(entries[-1].id) if more else None})
+    return page_response("entries", entries, q["limit"], audit_json)

@@ -16,7 +16,7 @@ from ..engine.store import DeliveryRecord
 from .audit import audited
 from .context import api
 from .operations import operation
-from .render import json_response, page
+from .render import json_response, page, page_response
 from .schema import DateTime, Integer, JsonValue, Object, String, Uuid
 
 bp = Blueprint("deliveries", __name__)
@@ -60,10 +60,7 @@ def list_deliveries():
     q = g.query
     rows = api().store.list_deliveries(state=q["state"], endpoint_id=q["endpoint_id"], after=q["cursor"],
                                        limit=q["limit"] + 1)
-    more = len(rows) > q["limit"]
-    rows = rows[:q["limit"]]
-    return json_response({"deliveries": [delivery_json(d) for d in rows],
-                          "next_cursor": str(rows[-1].id) if more else None})
+    return page_response("deliveries", rows, q["limit"], delivery_json)
 
 
 @operation(bp, "POST", "/v1/deliveries/<delivery_id>/redeliver", summary="Redeliver a dead delivery",

@@ -165,6 +165,15 @@ AUDIT_ENTRY = Object({
 }, required=("id", "at", "actor", "action", "outcome"))
 
 
+def page_response(items_name: str, rows: list, limit: int, to_json) -> Response:
+    """A keyset page from `limit + 1` rows fetched: the extra row only says another page exists;
+    the cursor is the last shown row's id."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({items_name: [to_json(r) for r in rows],
+                          "next_cursor": str(rows[-1].id) if more else None})
+
+
 def page(items_name: str, item: Object) -> Object:
     return Object({items_name: Array(item),
                    "next_cursor": String("Pass as `cursor` for the next page; null on the last.", nullable=True)},

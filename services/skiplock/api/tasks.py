@@ -20,7 +20,7 @@ from ..engine.store import TaskSpec
 from .audit import audited
 from .context import api
 from .operations import SMALL_BODY, operation
-from .render import EVENT, TASK, event_json, iso, json_response, page, task_json
+from .render import EVENT, TASK, event_json, iso, json_response, page, page_response, task_json
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid
 
 bp = Blueprint("tasks", __name__)
@@ -135,11 +135,7 @@ def submit_batch():
 def list_tasks():
     q = dict(g.query)
     limit = q.pop("limit")
-    tasks = api().store.list_tasks(**q, limit=limit + 1)
-    more = len(tasks) > limit
-    tasks = tasks[:limit]
-    return json_response({"tasks": [task_json(t) for t in tasks],
-                          "next_cursor": str(tasks[-1].id) if more else None})
+    return page_response("tasks", api().store.list_tasks(**q, limit=limit + 1), limit, task_json)
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>", summary="Read a task", role="reader", tag="tasks", path=TASK_ID,
