@@ -23,11 +23,11 @@ import queue
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 import httpx
 
+from tests.benchmarks.child_result import report
 from tests.benchmarks.systems import KIND, QUEUE
 
 
@@ -124,17 +124,9 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=10, help="batch: how many batch requests")
     parser.add_argument("--size", type=int, default=1000, help="batch: tasks per batch request")
     args = parser.parse_args()
-    try:
-        if args.op == "single":
-            result = single(args.base, args.clients, args.requests)
-        else:
-            result = batch(args.base, args.clients, args.batches, args.size)
-    except Exception as exc:  # reported to the orchestrator, which marks the cell `error`
-        traceback.print_exc()
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 1
-    print(json.dumps({"ok": True, **result}))
-    return 0
+    if args.op == "single":
+        return report(lambda: single(args.base, args.clients, args.requests))
+    return report(lambda: batch(args.base, args.clients, args.batches, args.size))
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
-import traceback
 
 from tests.benchmarks import systems
+from tests.benchmarks.child_result import report
 
 
 async def _main(args: argparse.Namespace) -> dict[str, object]:
@@ -81,14 +80,7 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=50.0)
     args = parser.parse_args()
-    try:
-        result = asyncio.run(_main(args))
-    except Exception as exc:  # reported to the orchestrator, which marks the cell `error`
-        traceback.print_exc()
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 1
-    print(json.dumps({"ok": True, **result}))
-    return 0
+    return report(lambda: asyncio.run(_main(args)))
 
 
 if __name__ == "__main__":
