@@ -236,13 +236,21 @@ def _schedules(args, settings: Settings) -> int:
 
     definitions = load_file(args.file) if args.action == "apply" else None
     if args.action == "apply" and args.dry_run:
+        from .engine.store import encode_payload
+
+        for s in definitions:
+            try:
+                encode_payload(s.payload, settings.max_payload_bytes)
+            except InvalidInput as exc:
+                raise type(exc)(f"schedule {s.name!r}: {exc}") from None
         for s in definitions:
             print(f"valid: {s.name} ({s.describe})")
         return 0
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
         if args.action == "apply":
-            report = store.apply_schedules(definitions, prune=args.prune)
+            report = store.apply_schedules(definitions, prune=args.prune,
+                                            max_payload_bytes=settings.max_payload_bytes)
             for outcome in ("created", "updated", "unchanged", "deleted"):
                 for name in report[outcome]:
                     print(f"{outcome}: {name}")

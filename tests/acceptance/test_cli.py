@@ -121,3 +121,14 @@ def test_schedules_pause_resume_delete_from_the_command_line(db_url, db, tmp_pat
     assert (missing.returncode, missing.stderr) == (1, "skiplock schedules: schedule 'nope' not found\n")
     assert skiplock("schedules", "delete", "nightly", url=db_url).stdout == "deleted: nightly\n"
     assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone() == (0,)
+
+
+def test_schedules_apply_refuses_a_payload_over_the_enqueue_limit(db_url, db, tmp_path):
+    path = tmp_path / "schedules.yaml"
+    path.write_text("schedules:\n  - {name: big, kind: k, interval_seconds: 60, payload: {blob: '" + "x" * 200 + "'}}\n")
+    for extra in ((), ("--dry-run",)):
+        done = skiplock("schedules", "apply", "-f", str(path), *extra, url=db_url, SKIPLOCK_MAX_PAYLOAD_BYTES="100")
+        assert done.returncode == 1
+        assert done.stderr.startswith("skiplock schedules: schedule 'big': payload is ")
+        assert "the limit is 100" in done.stderr and done.stderr.count("\n") == 1
+    assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone() == (0,)

@@ -50,7 +50,7 @@ def list_schedules():
 def create_schedule():
     schedule = _validated(g.body)
     with audited(schedule.name) as (tx, _draft):
-        report = tx.apply_schedules([schedule])
+        report = tx.apply_schedules([schedule], max_payload_bytes=api().settings.max_payload_bytes)
         if schedule.name not in report["created"]:  # raising rolls the upsert back
             raise ScheduleExists(f"schedule {schedule.name!r} exists; PATCH /v1/schedules/{schedule.name} "
                                  "changes it")
@@ -80,7 +80,7 @@ def change_schedule(name):
         if changes.get("interval_seconds") is not None and "cron" not in changes:
             fields["cron"] = None
         fields.update(changes)
-        tx.apply_schedules([_validated(fields)])
+        tx.apply_schedules([_validated(fields)], max_payload_bytes=api().settings.max_payload_bytes)
         status = tx.get_schedule(name)
         draft.detail = {"fields": sorted(changes)}
     return json_response(schedule_json(status))

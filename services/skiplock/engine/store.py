@@ -538,7 +538,8 @@ class Store:
         return rows[0][0] if rows else None
 
     def apply_schedules(self, schedules: Sequence[Schedule], *, prune: bool = False,
-                        now: dt.datetime | None = None) -> dict[str, list[str]]:
+                        now: dt.datetime | None = None, max_payload_bytes: int = 1024 * 1024
+                        ) -> dict[str, list[str]]:
         """Upsert definitions in one transaction; `prune` deletes schedules not among them.
         New and re-timed schedules start at their first fire after `now` (the database's).
         Returns the names {'created': [...], 'updated': [...], 'unchanged': [...], 'deleted': [...]}."""
@@ -546,6 +547,12 @@ class Store:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InvalidInput(f"schedule name {duplicates[0]!r} is defined more than once")
+        for s in schedules:
+            # refused now, not at every fire: a payload the enqueue limit would refuse
+            try:
+                encode_payload(s.payload, max_payload_bytes)
+            except InvalidInput as exc:
+                raise type(exc)(f"schedule {s.name!r}: {exc}") from None
         report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
         with self.connection() as conn, conn.transaction():
             now = conn.execute(self.sql["schedule_now"], {"now": now}).fetchone()[0]

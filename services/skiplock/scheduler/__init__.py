@@ -19,7 +19,8 @@ def main(settings) -> int:
 
     def apply_file(store) -> None:
         if definitions is not None:
-            report = store.apply_schedules(definitions, prune=settings.schedules_prune)
+            report = store.apply_schedules(definitions, prune=settings.schedules_prune,
+                                            max_payload_bytes=settings.max_payload_bytes)
             # `created` is a LogRecord attribute: prefix the counts so they never collide
             logging.getLogger("skiplock.scheduler").info(
                 "schedules file applied", extra={"file": settings.schedules_file,
