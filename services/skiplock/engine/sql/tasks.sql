@@ -53,11 +53,13 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
 -- One index-ordered scan per queue (queue = ANY(...) would read and sort every queued row); a
 -- multi-queue claim may lock up to `limit` rows per queue for the statement and lease the best.
+-- The UPDATE finds each locked row by its ctid (a row we hold locked does not move), not by a
+-- primary-key descent through the versions earlier transitions left behind.
 picked AS MATERIALIZED (
-    SELECT c.id
+    SELECT c.id, c.row_ctid
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_after
+        SELECT t.ctid AS row_ctid, t.id, t.priority, t.run_after
         FROM skiplock.tasks AS t
         WHERE t.state = 'queued'
           AND t.queue = q.name
@@ -81,7 +83,7 @@ picked AS MATERIALIZED (
         updated_at = now(),
         event_seq = t.event_seq + 1
     FROM picked
-    WHERE t.id = picked.id AND t.state = 'queued'
+    WHERE t.ctid = picked.row_ctid AND t.id = picked.id AND t.state = 'queued'
     RETURNING t.id, t.kind, t.queue, t.priority, t.payload, t.attempts, t.max_attempts,
               t.reclaims, t.lease_token, t.deadline, t.cursor, t.progress, t.created_at,
               t.event_seq, extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
@@ -103,18 +105,23 @@ FROM claimed;
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
 ), held AS MATERIALIZED (
-    -- lock in id order: settle batches lock in the same order, so the two never deadlock
-    SELECT t.id
-    FROM skiplock.tasks AS t
-    JOIN input AS i ON t.id = i.id AND t.lease_token = i.token
-    WHERE t.state IN ('running', 'cancelling')
-    ORDER BY t.id
-    FOR UPDATE OF t
+    -- lock in id order: settle batches lock in the same order, so the two never deadlock.
+    -- One primary-key probe per claim (the lateral subquery runs per input row, in input order),
+    -- never a scan of every claim in flight.
+    SELECT h.id, h.row_ctid
+    FROM (SELECT * FROM input ORDER BY id) AS i
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.ctid AS row_ctid
+        FROM skiplock.tasks AS t
+        WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+        OFFSET 0
+        FOR UPDATE
+    ) AS h
 )
 UPDATE skiplock.tasks AS t
 SET lease_until = now() + %(lease_seconds)s * interval '1 second'
 FROM held
-WHERE t.id = held.id
+WHERE t.ctid = held.row_ctid AND t.id = held.id
 RETURNING t.id, t.state;
 
 -- name: _settle_ctes
@@ -131,7 +138,8 @@ settle_input AS (
         AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
              progress real, message text, deadline_seconds float8, kind_max_attempts integer)
 ), decided AS MATERIALIZED (
-    SELECT i.*, t.attempts AS attempt,
+    -- each claim found by one primary-key probe and locked, in id order (as the heartbeat does)
+    SELECT i.*, t.row_ctid, t.attempts AS attempt,
            CASE
                WHEN i.outcome = 'completed' THEN 'completed'
                WHEN t.state = 'cancelling' THEN 'cancelled'
@@ -144,11 +152,14 @@ settle_input AS (
                    THEN 'failed'
                ELSE 'queued'
            END AS new_state
-    FROM settle_input AS i
-    JOIN skiplock.tasks AS t ON t.id = i.id AND t.lease_token = i.token
-    WHERE t.state IN ('running', 'cancelling')
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM settle_input ORDER BY id) AS i
+    CROSS JOIN LATERAL (
+        SELECT t.ctid AS row_ctid, t.state, t.attempts, t.max_attempts, t.deadline, t.created_at
+        FROM skiplock.tasks AS t
+        WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+        OFFSET 0  -- keeps the subquery per input row: a probe by id, not a join over all claims
+        FOR UPDATE
+    ) AS t
 ), settled AS (
     UPDATE skiplock.tasks AS t
     SET state = d.new_state,
@@ -174,7 +185,7 @@ settle_input AS (
         updated_at = now(),
         event_seq = t.event_seq + 1
     FROM decided AS d
-    WHERE t.id = d.id
+    WHERE t.ctid = d.row_ctid AND t.id = d.id
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
 ), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
