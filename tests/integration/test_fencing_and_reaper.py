@@ -104,3 +104,67 @@ def test_retry_past_the_deadline_fails(store: Store, db_url, db):
     applied = store.settle([Settlement(task_id, task.lease_token, "retry", error="x", delay=1,
                                        deadline_seconds=0.5)])
     assert applied == {task_id: "failed"}
+
+
+def _behind_a_concurrent_update(db_url, task_id, assignment: str, write):
+    """Run `write()` while another transaction holds the task's row, updated by `assignment`;
+    commit that transaction once `write` is waiting on the row lock. Returns write()'s result."""
+    import threading
+
+    import psycopg
+
+    result = {}
+    with psycopg.connect(db_url) as other:
+        other.execute(f"UPDATE skiplock.tasks SET {assignment} WHERE id = %s", (task_id,))
+        thread = threading.Thread(target=lambda: result.update(value=write()))
+        thread.start()
+        waiting = 0
+        deadline = time.monotonic() + 10
+        while waiting == 0 and time.monotonic() < deadline:
+            with psycopg.connect(db_url, autocommit=True) as probe:
+                waiting = probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                        "AND datname = current_database()").fetchone()[0]
+            time.sleep(0.02)
+        assert waiting == 1, "the write never waited for the row lock"
+        other.commit()
+        thread.join(10)
+    return result["value"]
+
+
+def test_writes_that_wait_behind_a_concurrent_row_update_still_apply(store: Store, db_url, db):
+    # The row the snapshot saw is replaced while the write waits for its lock: the write must
+    # follow it to the new version (a settle or heartbeat that missed it would be counted as a
+    # stale write, and the finished task reclaimed and run again).
+    ids = [skiplock.enqueue(db_url, "t.noop", {"i": i}) for i in range(3)]
+    tasks = {t.id: t for t in store.claim(["default"], 3, "a", 30)}
+    assert set(tasks) == set(ids)
+
+    beat = _behind_a_concurrent_update(db_url, ids[0], "message = 'concurrent'",
+                                       lambda: store.heartbeat([(i, tasks[i].lease_token) for i in ids], 30))
+    assert beat == {i: "running" for i in ids}
+
+    settled = _behind_a_concurrent_update(
+        db_url, ids[1], "lease_until = now() + interval '60 seconds'",
+        lambda: store.settle([Settlement(i, tasks[i].lease_token, "completed") for i in ids[:2]]))
+    assert settled == {ids[0]: "completed", ids[1]: "completed"}
+
+    more = [skiplock.enqueue(db_url, "t.noop", {"i": i}) for i in range(3, 5)]
+    applied, claimed = _behind_a_concurrent_update(
+        db_url, ids[2], "lease_until = now() + interval '60 seconds'",
+        lambda: store.settle_and_claim([Settlement(ids[2], tasks[ids[2]].lease_token, "completed")],
+                                       ["default"], 5, "a", 30))
+    assert applied == {ids[2]: "completed"}
+    assert sorted(t.id for t in claimed) == sorted(more)
+    assert db.execute("SELECT state, count(*) FROM skiplock.tasks GROUP BY state ORDER BY state").fetchall() == \
+        [("completed", 3), ("running", 2)]
+    assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'completed'").fetchone()[0] == 3
+
+
+def test_a_cancel_committed_while_an_outcome_waits_still_wins(store: Store, db_url, db):
+    task_id = skiplock.enqueue(db_url, "t.noop", {})
+    (task,) = store.claim(["default"], 1, "a", 30)
+    settled = _behind_a_concurrent_update(
+        db_url, task_id, "state = 'cancelling'",
+        lambda: store.settle([Settlement(task_id, task.lease_token, "retry", error="boom", delay=0)]))
+    assert settled == {task_id: "cancelled"}
+    assert db.execute("SELECT state FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone() == ("cancelled",)

@@ -53,8 +53,9 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
 -- One index-ordered scan per queue (queue = ANY(...) would read and sort every queued row); a
 -- multi-queue claim may lock up to `limit` rows per queue for the statement and lease the best.
--- The UPDATE finds each locked row by its ctid (a row we hold locked does not move), not by a
--- primary-key descent through the versions earlier transitions left behind.
+-- The UPDATE finds each locked row by its ctid rather than a second primary-key descent. A row
+-- whose ctid no longer matches (updated between the snapshot and the lock) is simply not
+-- claimed this time: SKIP LOCKED never waits, and the state check stays in the UPDATE.
 picked AS MATERIALIZED (
     SELECT c.id, c.row_ctid
     FROM unnest(%(queues)s::text[]) AS q(name)
@@ -108,10 +109,10 @@ WITH input AS (
     -- lock in id order: settle batches lock in the same order, so the two never deadlock.
     -- One primary-key probe per claim (the lateral subquery runs per input row, in input order),
     -- never a scan of every claim in flight.
-    SELECT h.id, h.row_ctid
+    SELECT h.id
     FROM (SELECT * FROM input ORDER BY id) AS i
     CROSS JOIN LATERAL (
-        SELECT t.id, t.ctid AS row_ctid
+        SELECT t.id
         FROM skiplock.tasks AS t
         WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
         OFFSET 0
@@ -121,7 +122,9 @@ WITH input AS (
 UPDATE skiplock.tasks AS t
 SET lease_until = now() + %(lease_seconds)s * interval '1 second'
 FROM held
-WHERE t.ctid = held.row_ctid AND t.id = held.id
+-- by id, not ctid: a row locked after waiting for a concurrent update is a newer version than
+-- the one the snapshot saw
+WHERE t.id = ANY(ARRAY(SELECT id FROM held)) AND t.id = held.id
 RETURNING t.id, t.state;
 
 -- name: _settle_ctes
@@ -139,7 +142,7 @@ settle_input AS (
              progress real, message text, deadline_seconds float8, kind_max_attempts integer)
 ), decided AS MATERIALIZED (
     -- each claim found by one primary-key probe and locked, in id order (as the heartbeat does)
-    SELECT i.*, t.row_ctid, t.attempts AS attempt,
+    SELECT i.*, t.attempts AS attempt,
            CASE
                WHEN i.outcome = 'completed' THEN 'completed'
                WHEN t.state = 'cancelling' THEN 'cancelled'
@@ -154,7 +157,7 @@ settle_input AS (
            END AS new_state
     FROM (SELECT * FROM settle_input ORDER BY id) AS i
     CROSS JOIN LATERAL (
-        SELECT t.ctid AS row_ctid, t.state, t.attempts, t.max_attempts, t.deadline, t.created_at
+        SELECT t.state, t.attempts, t.max_attempts, t.deadline, t.created_at
         FROM skiplock.tasks AS t
         WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
         OFFSET 0  -- keeps the subquery per input row: a probe by id, not a join over all claims
@@ -185,7 +188,9 @@ settle_input AS (
         updated_at = now(),
         event_seq = t.event_seq + 1
     FROM decided AS d
-    WHERE t.ctid = d.row_ctid AND t.id = d.id
+    -- by id, not ctid: a row locked after waiting for a concurrent update (a heartbeat, a
+    -- cancel) is a newer version than the one the snapshot saw
+    WHERE t.id = ANY(ARRAY(SELECT id FROM decided)) AND t.id = d.id
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
 ), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
