@@ -50,13 +50,15 @@ ALL_SYSTEMS = ["skiplock", "pgqueuer", "procrastinate", "raw"]
 POLL_INTERVAL = 0.1
 
 METRICS: list[tuple[str, str, str]] = [
-    # key, label, kind ("rate": higher is better, "ms": lower is better)
+    # key, label, kind ("rate": higher is better; "ms" and "us": lower is better)
     ("enqueue_single", "enqueue, single (tasks/s)", "rate"),
     ("enqueue_bulk", "enqueue, bulk (tasks/s)", "rate"),
     ("drain_1", "drain, 1 worker (tasks/s)", "rate"),
     ("drain_2", "drain, 2 workers (tasks/s)", "rate"),
     ("drain_1_steady", "drain, 1 worker, excl. startup (tasks/s)", "rate"),
     ("drain_2_steady", "drain, 2 workers, excl. startup (tasks/s)", "rate"),
+    ("drain_1_db_cpu", "drain, 1 worker: Postgres CPU per task (µs)", "us"),
+    ("drain_1_worker_cpu", "drain, 1 worker: worker process CPU per task (µs)", "us"),
     ("lat_p50", "enqueue→start p50 (ms)", "ms"),
     ("lat_p95", "enqueue→start p95 (ms)", "ms"),
     ("lat_p99", "enqueue→start p99 (ms)", "ms"),
@@ -352,6 +354,25 @@ class Runner:
                 raise PhaseFailed("timeout", f"{what}: {done}/{target} done after {limit:.1f}s")
             time.sleep(POLL_INTERVAL)
 
+    def cpu_seconds(self, conn: psycopg.Connection[Any]) -> dict[str, float | None]:
+        """CPU seconds used so far by the workers' processes (children included) and by the
+        Postgres backends connected to this phase's database (other than ours): where the time of
+        a drain goes. Read from /proc, so only for a server on this machine; None where unreadable.
+        Both include start-up (imports, connecting); a backend that already disconnected is missed."""
+        workers = [proc_cpu_seconds(w.proc.pid) for w in self.workers]
+        pids = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        backends = [proc_cpu_seconds(pid) for pid in pids]
+        local = self.server_is_local()
+        return {
+            "worker": None if None in workers else sum(workers),  # type: ignore[arg-type]
+            "db": sum(backends) if local and backends and None not in backends else None,  # type: ignore[arg-type]
+        }
+
+    def server_is_local(self) -> bool:
+        host = urllib.parse.urlsplit(self.server_url).hostname or "localhost"
+        return host in ("localhost", "127.0.0.1", "::1") or host.startswith("/")
+
     def done_times(self, conn: psycopg.Connection[Any]) -> list[float]:
         """Every completion's epoch seconds as the system recorded it, sorted (may be empty)."""
         if not self.system.done_times_sql:
@@ -414,6 +435,8 @@ class Runner:
                 t_start = self.start_workers(url, k, phase, latency_dir=None)
                 try:
                     seen_at, first_seen = self.wait_done(conn, n, 60 + n / 50, phase)
+                    # read before the workers stop: their processes and Postgres backends end with them
+                    cpu = self.cpu_seconds(conn)
                 finally:
                     codes = self.stop_workers()
                 self._check_stop_codes(codes, phase)
@@ -437,6 +460,8 @@ class Runner:
                 "steady": steady,
                 "startup": first - t_start,
                 "total": last - t_start,
+                **{f"{side}_cpu_us": (None if seconds is None else seconds / n * 1e6)
+                   for side, seconds in cpu.items()},
             }
         finally:
             self.drop_db(name)
@@ -535,7 +560,8 @@ class Runner:
 PHASES: list[tuple[str, list[str], Any]] = [
     ("enqueue single", ["enqueue_single"], lambda r, o: r.enqueue_single(o.tasks)),
     ("enqueue bulk", ["enqueue_bulk"], lambda r, o: r.enqueue_bulk(o.tasks)),
-    ("drain 1 worker", ["drain_1", "drain_1_steady"], lambda r, o: r.drain(1, o.tasks)),
+    ("drain 1 worker", ["drain_1", "drain_1_steady", "drain_1_db_cpu", "drain_1_worker_cpu"],
+     lambda r, o: r.drain(1, o.tasks)),
     ("drain 2 workers", ["drain_2", "drain_2_steady"], lambda r, o: r.drain(2, o.tasks)),
     ("latency", ["lat_p50", "lat_p95", "lat_p99"],
      lambda r, o: r.latency(o.latency_tasks, o.latency_rate)),
@@ -619,6 +645,9 @@ def aggregate(runner: Runner, opts: Options) -> None:
             cells[keys[0]] = statistics.median(r["rate"] for r in runs)
             steady = [r["steady"] for r in runs if r["steady"] is not None]
             cells[keys[1]] = statistics.median(steady) if steady else "–"
+            for key, side in zip(keys[2:], ("db", "worker")):
+                used = [r[f"{side}_cpu_us"] for r in runs if r.get(f"{side}_cpu_us") is not None]
+                cells[key] = statistics.median(used) if used else "–"
             res.notes.append(
                 f"{phase}: spawn→last completion {_spread([r['total'] for r in runs], 's', 2)}, "
                 f"spawn→first completion {_spread([r['startup'] for r in runs], 's', 2)}"
@@ -672,12 +701,23 @@ def run_all(order: list[str], server_url: str, run_dir: Path, opts: Options) -> 
     return results
 
 
+def proc_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process and its waited-for children, from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command: state is field 3; utime, stime, cutime, cstime are fields 14-17
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def fmt(value: Any, kind: str) -> str:
     if isinstance(value, str):
         return value
     if value is None:
         return "–"
-    if kind == "rate":
+    if kind == "rate" or kind == "us":
         return f"{value:,.0f}"
     return f"{value:.1f}"
 
@@ -842,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(render_table(results, order, opts))
     print()
-    print("Throughput rows: higher is better; latency rows: lower is better (so a ratio < 1 is "
+    print("Throughput rows: higher is better; latency and CPU rows: lower is better (so a ratio < 1 is "
           "better for skiplock there). `error`/`timeout`: see the notes.")
     print()
     print("### Configuration")
