@@ -112,19 +112,22 @@ WITH input AS (
     SELECT h.id
     FROM (SELECT * FROM input ORDER BY id) AS i
     CROSS JOIN LATERAL (
-        SELECT t.id
+        SELECT t.id, t.lease_token, t.state
         FROM skiplock.tasks AS t
-        WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+        WHERE t.id = i.id
         OFFSET 0
         FOR UPDATE
     ) AS h
+    -- the fence, checked on the row as locked (outside the subquery, so that the only index
+    -- the probe can use is the primary key)
+    WHERE h.lease_token = i.token AND h.state IN ('running', 'cancelling')
 )
 UPDATE skiplock.tasks AS t
 SET lease_until = now() + %(lease_seconds)s * interval '1 second'
 FROM held
 -- by id, not ctid: a row locked after waiting for a concurrent update is a newer version than
 -- the one the snapshot saw
-WHERE t.id = ANY(ARRAY(SELECT id FROM held)) AND t.id = held.id
+WHERE t.id = held.id
 RETURNING t.id, t.state;
 
 -- name: _settle_ctes
@@ -157,12 +160,15 @@ settle_input AS (
            END AS new_state
     FROM (SELECT * FROM settle_input ORDER BY id) AS i
     CROSS JOIN LATERAL (
-        SELECT t.state, t.attempts, t.max_attempts, t.deadline, t.created_at
+        SELECT t.state, t.lease_token, t.attempts, t.max_attempts, t.deadline, t.created_at
         FROM skiplock.tasks AS t
-        WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+        WHERE t.id = i.id
         OFFSET 0  -- keeps the subquery per input row: a probe by id, not a join over all claims
         FOR UPDATE
     ) AS t
+    -- the fence, checked on the row as locked (outside the subquery, so that the only index
+    -- the probe can use is the primary key)
+    WHERE t.lease_token = i.token AND t.state IN ('running', 'cancelling')
 ), settled AS (
     UPDATE skiplock.tasks AS t
     SET state = d.new_state,
@@ -190,7 +196,7 @@ settle_input AS (
     FROM decided AS d
     -- by id, not ctid: a row locked after waiting for a concurrent update (a heartbeat, a
     -- cancel) is a newer version than the one the snapshot saw
-    WHERE t.id = ANY(ARRAY(SELECT id FROM decided)) AND t.id = d.id
+    WHERE t.id = d.id
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
 ), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
