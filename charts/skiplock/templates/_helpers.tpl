@@ -220,20 +220,6 @@ seccompProfile:
     {{- toYaml .Values.migrations.wait.resources | nindent 4 }}
 {{- end }}
 
-{{/*
-preStop of the queue roles (worker, scheduler, dispatcher): send the stop signal now and wait
-for the drain, so the pod stops claiming at the moment its termination starts. The kubelet's own
-SIGTERM then finds the process gone; it can never be the second signal that cuts a drain short.
-*/}}
-{{- define "skiplock.drainPreStop" -}}
-preStop:
-  exec:
-    command:
-      - sh
-      - -c
-      - kill -TERM 1; while kill -0 1 2>/dev/null; do sleep 1; done
-{{- end }}
-
 {{/* Probes on a named port. Call with (dict "port" "metrics" "probes" .Values.worker.probes). */}}
 {{- define "skiplock.probes" -}}
 startupProbe:
