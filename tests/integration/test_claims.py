@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 
+import psycopg
+
 import skiplock
+from skiplock.engine.model import Settlement
 from skiplock.engine.store import Store
 
 
@@ -82,3 +86,64 @@ def test_claim_reports_wait_and_attempt(store, db_url):
     assert task.attempt == 1
     assert task.payload == {"x": 1}
     assert 0 <= task.waited_seconds < 60
+
+
+def _explain_prepared(conn, params: dict, sql: str) -> tuple[str, int, int]:
+    """EXPLAIN the statement psycopg prepared on `conn` from `sql`, with `params`; returns
+    (plan text, generic plans, custom plans) as Postgres counted them."""
+    prepared = conn.execute("SELECT name, statement, generic_plans, custom_plans, parameter_types::text[] "
+                            "FROM pg_prepared_statements").fetchall()
+    # psycopg sends the text with %(name)s turned into $1, $2, ...
+    pattern = re.escape(re.sub(r"%\((\w+)\)s", "\x00", sql).replace("%%", "%")).replace("\x00", r"\$\d+")
+    rows = [row[:1] + row[2:] for row in prepared if re.fullmatch(pattern, row[1])]
+    assert len(rows) == 1, rows
+    name, generic, custom, types = rows[0]
+    order: list[str] = []  # psycopg numbers the parameters in order of first use
+    for found in re.finditer(r"%\((\w+)\)s", sql):
+        if found.group(1) not in order:
+            order.append(found.group(1))
+    placeholders = ", ".join(f"%s::{t}" for t in types)
+    # EXECUTE's arguments are not typed when EXPLAIN is parsed: bind them client-side
+    plan = psycopg.ClientCursor(conn).execute(f"EXPLAIN (COSTS OFF) EXECUTE {name}({placeholders})",
+                                              [params[n] for n in order]).fetchall()
+    return "\n".join(r[0] for r in plan), generic, custom
+
+
+def test_the_claim_loops_statements_keep_their_index_plans_when_the_table_grows(db_url, db):
+    """The worker's claim connection plans each of its statements once (generic plans): a plan
+    made while the table held ten rows must still be the index plan at 5,000 rows."""
+    skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(10)])
+    store = Store(db_url, claim_connection=True).open(wait=True)
+    try:
+        def released(tasks):
+            return [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="released") for t in tasks]
+
+        for _ in range(8):  # psycopg prepares a statement on its sixth use
+            first = store.settle_and_claim([], ["default"], 5, "w", 30)[1]             # task_claim
+            second = store.settle_and_claim(released(first), ["default"], 5, "w", 30)[1]  # ..._and_claim
+            assert len(first) == len(second) == 5
+            store.settle_and_claim(released(second), ["default"], 0, "w", 30)          # task_settle
+        skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(5_000)])
+        db.execute("ANALYZE skiplock.tasks")
+        claimed = store.settle_and_claim([], ["default"], 100, "w", 30)[1]
+        assert len(claimed) == 100
+        settlements = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="completed") for t in claimed]
+        params = store._settle_params(settlements)
+        params.update(queues=["default"], limit=100, owner="w", lease_seconds=30)
+
+        with store.connection(pool=store._claim_pool) as conn:
+            for name in ("task_settle_and_claim", "task_claim", "task_settle"):
+                plan, generic, custom = _explain_prepared(conn, params, store.sql[name])
+                assert (generic >= 1, custom) == (True, 0), name
+                assert "Seq Scan" not in plan and "Hash" not in plan and "Merge" not in plan, (name, plan)
+                if name != "task_settle":
+                    assert "Index Scan using tasks_claimable" in plan, plan
+                    assert "Tid Scan" in plan, plan
+                if name != "task_claim":
+                    assert plan.count("Index Scan using tasks_pkey") == 2, plan
+        # every other connection keeps Postgres's own choice (handlers' ctx.transaction() among them)
+        with store.connection() as conn:
+            assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "auto"
+            assert conn.execute("SELECT current_setting('enable_seqscan')").fetchone()[0] == "on"
+    finally:
+        store.close()

@@ -234,6 +234,20 @@ _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "messa
 assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # _settle_params reads them by position
 
 
+def _use_generic_plans(conn: psycopg.Connection) -> None:
+    """The claim loop's statements (task_claim, task_settle, task_settle_and_claim) are built so
+    that their best plan does not depend on their parameters or on the table's size: per-row
+    primary-key probes, an ordered scan of tasks_claimable, a TID scan. Left to itself, Postgres
+    plans them anew on every call (with an unknown LIMIT, the generic plan's estimate looks worse
+    than the custom plans'), and planning is about a tenth of its CPU per task in a drain. So on
+    this connection, which runs only those statements, each is planned once (psycopg prepares
+    it from its sixth use), without hash or merge joins or sequential scans, so that a plan made
+    while the table was small stays right when it is large. tests/integration/test_claims.py
+    checks the plans."""
+    conn.execute("SET plan_cache_mode = force_generic_plan; SET enable_hashjoin = off; "
+                 "SET enable_mergejoin = off; SET enable_seqscan = off")
+
+
 def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -242,37 +256,46 @@ class Store:
     """Pooled access for the roles. Thread-safe: each call borrows a connection."""
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
-                 name: str = "skiplock"):
+                 name: str = "skiplock", claim_connection: bool = False):
+        """`claim_connection`: give settle_and_claim (a worker's claim loop, one thread) a
+        connection of its own, on which its statements run with generic plans (see
+        _use_generic_plans). Other callers leave it off: their statements share the pool."""
         self.url = url
         self.schema = schema
         self.channel = f"skiplock_{schema}"
         self.sql = queries.load(schema)
-        self._pool = ConnectionPool(
-            url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15,
-            kwargs=dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}",
-                        **KEEPALIVES),
-            reconnect_timeout=0,
-        )
+        kwargs = dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}", **KEEPALIVES)
+        self._pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=False, name=name,
+                                    timeout=15, kwargs=kwargs, reconnect_timeout=0)
+        self._claim_pool = None
+        if claim_connection:
+            self._claim_pool = ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-claims",
+                                              timeout=15, kwargs=kwargs, reconnect_timeout=0,
+                                              configure=_use_generic_plans)
 
     def open(self, wait: bool = False) -> "Store":
         self._pool.open(wait=wait, timeout=15)
+        if self._claim_pool is not None:
+            self._claim_pool.open(wait=wait, timeout=15)
         return self
 
     def close(self) -> None:
+        if self._claim_pool is not None:
+            self._claim_pool.close(timeout=5)
         self._pool.close(timeout=5)
 
     @contextmanager
-    def connection(self, timeout: float | None = None):
+    def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None):
         """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s);
         connection trouble surfaces as DatabaseUnavailable."""
         try:
-            with translated_errors(), self._pool.connection(timeout=timeout) as conn:
+            with translated_errors(), (pool or self._pool).connection(timeout=timeout) as conn:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
 
-    def _fetch(self, name: str, params: dict) -> list[tuple]:
-        with self.connection() as conn:
+    def _fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None) -> list[tuple]:
+        with self.connection(pool=pool) as conn:
             return conn.execute(self.sql[name], params).fetchall()
 
     # -- health
@@ -287,23 +310,25 @@ class Store:
                 return insert_tasks(conn, specs, self.schema, self.channel)
 
     # -- worker
-    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float, *,
+              pool: ConnectionPool | None = None) -> list[ClaimedTask]:
         rows = self._fetch("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                              lease_seconds=lease_seconds))
+                                              lease_seconds=lease_seconds), pool=pool)
         return [ClaimedTask(*row) for row in rows]
 
     def settle_and_claim(self, settlements: Sequence[Settlement], queues: Sequence[str], limit: int,
                          owner: str, lease_seconds: float) -> tuple[dict[uuid.UUID, str], list[ClaimedTask]]:
         """A worker's round trip: write finished outcomes and claim more in one statement."""
+        pool = self._claim_pool
         if not settlements:
-            return {}, (self.claim(queues, limit, owner, lease_seconds) if limit > 0 else [])
+            return {}, (self.claim(queues, limit, owner, lease_seconds, pool=pool) if limit > 0 else [])
         if limit <= 0:
-            return self.settle(settlements), []
+            return self.settle(settlements, pool=pool), []
         params = self._settle_params(settlements)
         params.update(queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds)
         applied: dict[uuid.UUID, str] = {}
         tasks = []
-        for row in self._fetch("task_settle_and_claim", params):
+        for row in self._fetch("task_settle_and_claim", params, pool=pool):
             if row[0] is None:
                 tasks.append(ClaimedTask._make(row[1:]))
             else:
@@ -322,8 +347,8 @@ class Store:
                                                   lease_seconds=lease_seconds))
         return dict(rows)
 
-    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
-               ) -> dict[uuid.UUID, str]:
+    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None, *,
+               pool: ConnectionPool | None = None) -> dict[uuid.UUID, str]:
         """Apply fenced outcomes; returns {task id: new state} for those applied. A settlement
         missing from the result was refused by its fence."""
         if not settlements:
@@ -331,7 +356,7 @@ class Store:
         params = self._settle_params(settlements)
         if conn is not None:
             return dict(conn.execute(self.sql["task_settle"], params).fetchall())
-        return dict(self._fetch("task_settle", params))
+        return dict(self._fetch("task_settle", params, pool=pool))
 
     @staticmethod
     def _settle_params(settlements: Sequence[Settlement]) -> dict:
@@ -793,9 +818,10 @@ class _BoundStore(Store):
         # not super().__init__(): that would build a second pool; share the parent's state
         self.__dict__.update(parent.__dict__)
         self._conn = conn
+        self._claim_pool = None
 
     @contextmanager
-    def connection(self, timeout: float | None = None):
+    def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None):
         with translated_errors():
             yield self._conn
 

@@ -53,11 +53,13 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- them. MATERIALIZED keeps the LIMIT honest (an IN (subquery) can be re-run and exceed it).
 -- One index-ordered scan per queue (queue = ANY(...) would read and sort every queued row); a
 -- multi-queue claim may lock up to `limit` rows per queue for the statement and lease the best.
--- The UPDATE finds each locked row by its ctid rather than a second primary-key descent. A row
--- whose ctid no longer matches (updated between the snapshot and the lock) is simply not
--- claimed this time: SKIP LOCKED never waits, and the state check stays in the UPDATE.
+-- The UPDATE fetches the locked rows by their ctids (one TID scan over the array, no join for
+-- the planner to choose: the worker runs this statement with a generic plan, in which the
+-- LIMIT is unknown and a join by ctid turns into a hash join over every queued row). A row
+-- whose ctid is not visible (updated between the snapshot and the lock) is simply not claimed
+-- this time: SKIP LOCKED never waits, and the state check stays in the UPDATE.
 picked AS MATERIALIZED (
-    SELECT c.id, c.row_ctid
+    SELECT c.row_ctid
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT t.ctid AS row_ctid, t.id, t.priority, t.run_after
@@ -83,8 +85,7 @@ picked AS MATERIALIZED (
         started_at = coalesce(t.started_at, now()),
         updated_at = now(),
         event_seq = t.event_seq + 1
-    FROM picked
-    WHERE t.ctid = picked.row_ctid AND t.id = picked.id AND t.state = 'queued'
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked)) AND t.state = 'queued'
     RETURNING t.id, t.kind, t.queue, t.priority, t.payload, t.attempts, t.max_attempts,
               t.reclaims, t.lease_token, t.deadline, t.cursor, t.progress, t.created_at,
               t.event_seq, extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
