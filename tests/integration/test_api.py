@@ -9,6 +9,7 @@ import shutil
 import threading
 import uuid
 
+import psycopg
 import pytest
 
 from skiplock.api.app import close_app, create_app
@@ -517,3 +518,29 @@ def test_metrics_count_requests_by_route_template_and_status(api):
     assert 'skiplock_api_requests_total{method="GET",route="/v1/tasks/<task_id>",status="404"} 1.0' in text
     assert 'skiplock_api_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
     assert 'skiplock_api_request_duration_seconds_count{method="POST",route="/v1/tasks",status="201"} 1.0' in text
+
+
+def test_dead_tasks_are_listed_from_their_own_index_among_many_finished(api, db, db_url):
+    """`?state=failed` must not read every completed row: 20,000 completed, 3 failed."""
+    db.execute("INSERT INTO skiplock.tasks (id, kind, state, finished_at, event_seq) "
+               "SELECT skiplock.uuid7(), 't.noop', 'completed', now(), 1 FROM generate_series(1, 20000)")
+    dead = [row[0] for row in db.execute(
+        "INSERT INTO skiplock.tasks (id, kind, state, finished_at, event_seq, last_error) "
+        "SELECT skiplock.uuid7(), 't.noop', 'failed', now(), 1, 'boom' FROM generate_series(1, 3) "
+        "RETURNING id").fetchall()]
+    db.execute("ANALYZE skiplock.tasks")
+
+    first = api.get("/v1/tasks?state=failed&limit=2", role="reader")
+    assert first.status_code == 200, first.json
+    page = first.json
+    assert [t["id"] for t in page["tasks"]] == [str(i) for i in sorted(dead, reverse=True)[:2]]
+    rest = api.get(f"/v1/tasks?state=failed&limit=2&cursor={page['next_cursor']}", role="reader").json
+    assert [t["id"] for t in rest["tasks"]] == [str(min(dead))]
+
+    from skiplock.engine.queries import load
+
+    params = dict(queue=None, state="failed", kind=None, created_after=None, created_before=None,
+                  cursor=None, limit=50)
+    plan = "\n".join(r[0] for r in psycopg.ClientCursor(db).execute(
+        "EXPLAIN (COSTS OFF) " + load("skiplock")["task_list"], params).fetchall())
+    assert "tasks_dead" in plan and "Seq Scan" not in plan, plan
