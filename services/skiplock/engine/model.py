@@ -130,16 +130,10 @@ class ClaimedTask(NamedTuple):
     id: uuid.UUID
     kind: str
     queue: str
-    priority: int
     payload: Any
     attempt: int
-    max_attempts: int | None
-    reclaims: int
     lease_token: int
-    deadline: dt.datetime | None
     cursor: Any
-    progress: float | None
-    created_at: dt.datetime
     waited_seconds: float
 
 

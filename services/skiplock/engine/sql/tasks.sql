@@ -86,9 +86,8 @@ picked AS MATERIALIZED (
         updated_at = now(),
         event_seq = t.event_seq + 1
     WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked)) AND t.state = 'queued'
-    RETURNING t.id, t.kind, t.queue, t.priority, t.payload, t.attempts, t.max_attempts,
-              t.reclaims, t.lease_token, t.deadline, t.cursor, t.progress, t.created_at,
-              t.event_seq, extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
+    RETURNING t.id, t.kind, t.queue, t.payload, t.attempts, t.lease_token, t.cursor, t.event_seq,
+              extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
 ), claim_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq, 'running', lease_token, attempts, jsonb_build_object('owner', %(owner)s::text)
@@ -97,8 +96,8 @@ picked AS MATERIALIZED (
 
 -- name: task_claim
 WITH {{_claim_ctes}}
-SELECT id, kind, queue, priority, payload, attempts, max_attempts, reclaims, lease_token,
-       deadline, cursor, progress, created_at, waited_seconds
+-- only what the worker uses: the columns of model.ClaimedTask, in its order
+SELECT id, kind, queue, payload, attempts, lease_token, cursor, waited_seconds
 FROM claimed;
 
 -- name: task_heartbeat
@@ -225,12 +224,10 @@ SELECT id, state FROM settled;
 -- outcomes applied (sent once, not repeated on every task row).
 WITH {{_settle_ctes}},
 {{_claim_ctes}}
-SELECT NULL::jsonb AS settled, id, kind, queue, priority, payload, attempts, max_attempts, reclaims,
-       lease_token, deadline, cursor, progress, created_at, waited_seconds
+SELECT NULL::jsonb AS settled, id, kind, queue, payload, attempts, lease_token, cursor, waited_seconds
 FROM claimed
 UNION ALL
-SELECT coalesce(jsonb_object_agg(id, state), '{}'), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL
+SELECT coalesce(jsonb_object_agg(id, state), '{}'), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM settled;
 
 -- name: task_reclaim_expired
