@@ -270,8 +270,8 @@ class Store:
         self._claim_pool = None
         if claim_connection:
             self._claim_pool = ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-claims",
-                                              timeout=15, kwargs=kwargs, reconnect_timeout=0,
-                                              configure=_use_generic_plans)
+                                              timeout=15, reconnect_timeout=0, configure=_use_generic_plans,
+                                              kwargs={**kwargs, "application_name": f"skiplock-{name}-claims"})
 
     def open(self, wait: bool = False) -> "Store":
         self._pool.open(wait=wait, timeout=15)
