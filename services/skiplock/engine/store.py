@@ -310,22 +310,24 @@ class Store:
                 return insert_tasks(conn, specs, self.schema, self.channel)
 
     # -- worker
-    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float, *,
-              pool: ConnectionPool | None = None) -> list[ClaimedTask]:
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
         rows = self._fetch("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                              lease_seconds=lease_seconds), pool=pool)
+                                              lease_seconds=lease_seconds))
         return [ClaimedTask(*row) for row in rows]
 
     def settle_and_claim(self, settlements: Sequence[Settlement], queues: Sequence[str], limit: int,
                          owner: str, lease_seconds: float) -> tuple[dict[uuid.UUID, str], list[ClaimedTask]]:
-        """A worker's round trip: write finished outcomes and claim more in one statement."""
+        """A worker's round trip: write finished outcomes and claim more in one statement (on the
+        claim connection, if this store has one)."""
         pool = self._claim_pool
+        claim = dict(queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds)
         if not settlements:
-            return {}, (self.claim(queues, limit, owner, lease_seconds, pool=pool) if limit > 0 else [])
-        if limit <= 0:
-            return self.settle(settlements, pool=pool), []
+            rows = self._fetch("task_claim", claim, pool=pool) if limit > 0 else []
+            return {}, [ClaimedTask(*row) for row in rows]
         params = self._settle_params(settlements)
-        params.update(queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds)
+        if limit <= 0:
+            return dict(self._fetch("task_settle", params, pool=pool)), []
+        params.update(claim)
         applied: dict[uuid.UUID, str] = {}
         tasks = []
         for row in self._fetch("task_settle_and_claim", params, pool=pool):
@@ -347,8 +349,8 @@ class Store:
                                                   lease_seconds=lease_seconds))
         return dict(rows)
 
-    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None, *,
-               pool: ConnectionPool | None = None) -> dict[uuid.UUID, str]:
+    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
+               ) -> dict[uuid.UUID, str]:
         """Apply fenced outcomes; returns {task id: new state} for those applied. A settlement
         missing from the result was refused by its fence."""
         if not settlements:
@@ -356,7 +358,7 @@ class Store:
         params = self._settle_params(settlements)
         if conn is not None:
             return dict(conn.execute(self.sql["task_settle"], params).fetchall())
-        return dict(self._fetch("task_settle", params, pool=pool))
+        return dict(self._fetch("task_settle", params))
 
     @staticmethod
     def _settle_params(settlements: Sequence[Settlement]) -> dict:
