@@ -236,13 +236,9 @@ def _schedules(args, settings: Settings) -> int:
 
     definitions = load_file(args.file) if args.action == "apply" else None
     if args.action == "apply" and args.dry_run:
-        from .engine.store import encode_payload
+        from .engine.store import check_schedule_payloads
 
-        for s in definitions:
-            try:
-                encode_payload(s.payload, settings.max_payload_bytes)
-            except InvalidInput as exc:
-                raise type(exc)(f"schedule {s.name!r}: {exc}") from None
+        check_schedule_payloads(definitions, settings.max_payload_bytes)
         for s in definitions:
             print(f"valid: {s.name} ({s.describe})")
         return 0

@@ -134,6 +134,16 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
     return encoded
 
 
+def check_schedule_payloads(schedules: Sequence[Schedule], max_bytes: int) -> None:
+    """Refuse, naming the schedule, a payload the enqueue limit would refuse: at apply time
+    (and in a dry run), not at every fire."""
+    for s in schedules:
+        try:
+            encode_payload(s.payload, max_bytes)
+        except InvalidInput as exc:
+            raise type(exc)(f"schedule {s.name!r}: {exc}") from None
+
+
 class _RawJson(Jsonb):
     """Already-encoded JSON text, passed through without a second dumps()."""
 
@@ -574,12 +584,7 @@ class Store:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InvalidInput(f"schedule name {duplicates[0]!r} is defined more than once")
-        for s in schedules:
-            # refused now, not at every fire: a payload the enqueue limit would refuse
-            try:
-                encode_payload(s.payload, max_payload_bytes)
-            except InvalidInput as exc:
-                raise type(exc)(f"schedule {s.name!r}: {exc}") from None
+        check_schedule_payloads(schedules, max_payload_bytes)
         report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [], "deleted": []}
         with self.connection() as conn, conn.transaction():
             now = conn.execute(self.sql["schedule_now"], {"now": now}).fetchone()[0]
