@@ -135,7 +135,7 @@ def main(settings: Settings, demo: bool = True) -> int:
     install_signal_handlers(stop)
     metrics = Metrics()
     store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev",
-                  claim_connection=True).open()
+                  worker_connections=True).open()
     api = ApiThread(settings, settings.dev_api_port)  # a taken port stops dev before anything runs
     worker = Worker(settings, store, metrics=metrics, stop=stop)
     scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)

@@ -122,3 +122,43 @@ def test_wakeup_on_notify_and_after_the_listen_connection_is_killed(db_url, db, 
     assert max(latencies[1:]) < 1.0, latencies
     assert worker.alive()
     wait_for(lambda: harness.state_counts(db) == {"completed": 6}, 10, message="the 6 tasks completed")
+
+
+def test_two_claim_loops_never_claim_more_tasks_than_free_slots(db_url, db, processes):
+    """A worker claims from two loops (one claim at a time) while a writer records outcomes: it
+    claims only into free slots, so every task starts as soon as it is claimed, its handlers
+    never overlap more than SKIPLOCK_CONCURRENCY, and every slot gets used."""
+    ids = skiplock.enqueue_many(db_url, "t.span", [{"sleep": 0.3, "i": i} for i in range(24)])
+    worker = processes.spawn(db_url, "--concurrency", "3")
+    wait_for(lambda: _completed(db) == 24, 30, message="24 completed tasks")
+    spans = """
+        WITH spans AS (
+            SELECT task_id, min(at) FILTER (WHERE note = 'start') AS s, max(at) FILTER (WHERE note = 'end') AS e
+            FROM public.executions GROUP BY task_id)"""
+    # the most executions in progress at any one moment: at each start, those begun and not ended
+    assert scalar(db, spans + """
+        SELECT max((SELECT count(*) FROM spans b WHERE b.s <= a.s AND b.e > a.s)) FROM spans a""") == 3
+    # claimed -> started: a task claimed beyond the free slots would wait for a handler (0.3 s)
+    waits = [r[0] for r in db.execute(spans + """
+        SELECT extract(epoch FROM spans.s - ev.at)::float8 FROM spans
+        JOIN skiplock.task_events AS ev ON ev.task_id = spans.task_id AND ev.type = 'running'""")]
+    assert len(waits) == 24 and max(waits) < 0.2, sorted(waits)[-3:]
+    assert scalar(db, "SELECT count(*) FROM public.executions WHERE note = 'start'") == 24
+    assert set(r[0] for r in db.execute("SELECT DISTINCT task_id FROM public.executions")) == set(ids)
+    # the worker's own connections: one for claims, one for outcomes
+    assert sorted(r[0] for r in db.execute(
+        "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'skiplock-worker-%'")) == \
+        ["skiplock-worker-claims", "skiplock-worker-outcomes"]
+    assert worker.alive()
+
+
+def test_a_retry_due_at_once_runs_again_without_waiting_for_the_poll(db_url, db, processes):
+    # polling every 30 s: a second run within seconds can only come from the writer telling the
+    # claimers that its outcome put the task back in the queue
+    worker = processes.spawn(db_url, "--concurrency", "4", env={"SKIPLOCK_POLL_SECONDS": "30"})
+    processes.wait_ready(worker)
+    task_id = skiplock.enqueue(db_url, "t.retry_later", {"delay": 0})
+    wait_for(lambda: _completed(db) == 1, 10, message="the retried task completed")
+    assert scalar(db, "SELECT count(*) FROM public.executions WHERE task_id = %s", (task_id,)) == 2
+    assert db.execute("SELECT result, attempts FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone() == \
+        ("second time lucky", 2)

@@ -109,37 +109,34 @@ def _explain_prepared(conn, params: dict, sql: str) -> tuple[str, int, int]:
     return "\n".join(r[0] for r in plan), generic, custom
 
 
-def test_the_claim_loops_statements_keep_their_index_plans_when_the_table_grows(db_url, db):
-    """The worker's claim connection plans each of its statements once (generic plans): a plan
-    made while the table held ten rows must still be the index plan at 5,000 rows."""
+def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_url, db):
+    """The worker's claims and outcomes connections plan their statements once (generic plans):
+    a plan made while the table held ten rows must still be the index plan at 5,000 rows."""
     skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(10)])
-    store = Store(db_url, claim_connection=True).open(wait=True)
+    store = Store(db_url, worker_connections=True).open(wait=True)
     try:
-        def released(tasks):
-            return [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="released") for t in tasks]
-
         for _ in range(8):  # psycopg prepares a statement on its sixth use
-            first = store.settle_and_claim([], ["default"], 5, "w", 30)[1]             # task_claim
-            second = store.settle_and_claim(released(first), ["default"], 5, "w", 30)[1]  # ..._and_claim
-            assert len(first) == len(second) == 5
-            store.settle_and_claim(released(second), ["default"], 0, "w", 30)          # task_settle
+            claimed = store.claim(["default"], 5, "w", 30)
+            assert len(claimed) == 5
+            released = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="released") for t in claimed]
+            assert set(store.settle(released).values()) == {"queued"}
         skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(5_000)])
         db.execute("ANALYZE skiplock.tasks")
-        claimed = store.settle_and_claim([], ["default"], 100, "w", 30)[1]
+        claimed = store.claim(["default"], 100, "w", 30)
         assert len(claimed) == 100
         settlements = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="completed") for t in claimed]
         params = store._settle_params(settlements)
         params.update(queues=["default"], limit=100, owner="w", lease_seconds=30)
 
-        with store.connection(pool=store._claim_pool) as conn:
-            for name in ("task_settle_and_claim", "task_claim", "task_settle"):
+        for name, pool in (("task_claim", store._claim_pool), ("task_settle", store._outcome_pool)):
+            with store.connection(pool=pool) as conn:
                 plan, generic, custom = _explain_prepared(conn, params, store.sql[name])
                 assert (generic >= 1, custom) == (True, 0), name
                 assert "Seq Scan" not in plan and "Hash" not in plan and "Merge" not in plan, (name, plan)
-                if name != "task_settle":
+                if name == "task_claim":
                     assert "Index Scan using tasks_claimable" in plan, plan
                     assert "Tid Scan" in plan, plan
-                if name != "task_claim":
+                else:
                     assert plan.count("Index Scan using tasks_pkey") == 2, plan
         # every other connection keeps Postgres's own choice (handlers' ctx.transaction() among them)
         with store.connection() as conn:

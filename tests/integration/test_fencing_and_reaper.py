@@ -148,16 +148,9 @@ def test_writes_that_wait_behind_a_concurrent_row_update_still_apply(store: Stor
         lambda: store.settle([Settlement(i, tasks[i].lease_token, "completed") for i in ids[:2]]))
     assert settled == {ids[0]: "completed", ids[1]: "completed"}
 
-    more = [skiplock.enqueue(db_url, "t.noop", {"i": i}) for i in range(3, 5)]
-    applied, claimed = _behind_a_concurrent_update(
-        db_url, ids[2], "lease_until = now() + interval '60 seconds'",
-        lambda: store.settle_and_claim([Settlement(ids[2], tasks[ids[2]].lease_token, "completed")],
-                                       ["default"], 5, "a", 30))
-    assert applied == {ids[2]: "completed"}
-    assert sorted(t.id for t in claimed) == sorted(more)
     assert db.execute("SELECT state, count(*) FROM skiplock.tasks GROUP BY state ORDER BY state").fetchall() == \
-        [("completed", 3), ("running", 2)]
-    assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'completed'").fetchone()[0] == 3
+        [("completed", 2), ("running", 1)]
+    assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'completed'").fetchone()[0] == 2
 
 
 def test_a_cancel_committed_while_an_outcome_waits_still_wins(store: Store, db_url, db):

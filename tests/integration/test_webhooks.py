@@ -569,8 +569,9 @@ def test_payload_matches_the_task_and_its_event(store, db_url, db, receiver):
 
 # ---- a real worker -------------------------------------------------------------------------------------
 
-def test_a_real_worker_fans_out_through_settle_and_claim(store, db_url, db, receiver, processes):
-    """The worker settles and claims in one statement: each of its events fans out exactly once."""
+def test_a_real_worker_fans_out_each_event_once(store, db_url, db, receiver, processes):
+    """The worker claims and settles on connections of its own, in parallel: each of its events
+    fans out exactly once."""
     completed, _ = add_endpoint(store, receiver, "/done", events=["task.completed"])
     everything, _ = add_endpoint(store, receiver, "/all", events=["task.*"])
     ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 40)

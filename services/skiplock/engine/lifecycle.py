@@ -72,7 +72,7 @@ def install_signal_handlers(stop: Stop) -> None:
 
 
 def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4, prepare=None,
-             claim_connection: bool = False) -> int:
+             worker_connections: bool = False) -> int:
     """The common tail of every role's entry: signals -> metrics -> store -> role -> serve
     /metrics, /healthz, /readyz -> run until stopped. `build(store, metrics, stop)` returns an
     object with `run() -> exit code` and `ready() -> bool`; `prepare(store)` runs first."""
@@ -83,7 +83,7 @@ def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4
     install_signal_handlers(stop)
     metrics = Metrics()
     store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min, max_size=pool_max,
-                  name=name, claim_connection=claim_connection).open()
+                  name=name, worker_connections=worker_connections).open()
     try:
         if prepare is not None:
             prepare(store)

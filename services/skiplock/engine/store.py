@@ -245,12 +245,12 @@ assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # _settle_params reads th
 
 
 def _use_generic_plans(conn: psycopg.Connection) -> None:
-    """The claim loop's statements (task_claim, task_settle, task_settle_and_claim) are built so
+    """The worker's claim and settle statements (task_claim, task_settle) are built so
     that their best plan does not depend on their parameters or on the table's size: per-row
     primary-key probes, an ordered scan of tasks_claimable, a TID scan. Left to itself, Postgres
     plans them anew on every call (with an unknown LIMIT, the generic plan's estimate looks worse
     than the custom plans'), and planning is about a tenth of its CPU per task in a drain. So on
-    this connection, which runs only those statements, each is planned once (psycopg prepares
+    these connections, which run only those statements, each is planned once (psycopg prepares
     it from its sixth use), without hash or merge joins or sequential scans, so that a plan made
     while the table was small stays right when it is large. tests/integration/test_claims.py
     checks the plans."""
@@ -266,10 +266,10 @@ class Store:
     """Pooled access for the roles. Thread-safe: each call borrows a connection."""
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
-                 name: str = "skiplock", claim_connection: bool = False):
-        """`claim_connection`: give settle_and_claim (a worker's claim loop, one thread) a
-        connection of its own, on which its statements run with generic plans (see
-        _use_generic_plans). Other callers leave it off: their statements share the pool."""
+                 name: str = "skiplock", worker_connections: bool = False):
+        """`worker_connections`: give claim() and settle() a connection each of their own (a
+        worker claims on one while its writer writes outcomes on the other), on which those
+        statements run with generic plans (see _use_generic_plans). Without: they share the pool."""
         self.url = url
         self.schema = schema
         self.channel = f"skiplock_{schema}"
@@ -277,22 +277,25 @@ class Store:
         kwargs = dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}", **KEEPALIVES)
         self._pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=False, name=name,
                                     timeout=15, kwargs=kwargs, reconnect_timeout=0)
-        self._claim_pool = None
-        if claim_connection:
-            self._claim_pool = ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-claims",
-                                              timeout=15, reconnect_timeout=0, configure=_use_generic_plans,
-                                              kwargs={**kwargs, "application_name": f"skiplock-{name}-claims"})
+        self._claim_pool = self._outcome_pool = None
+        if worker_connections:
+            self._claim_pool, self._outcome_pool = (
+                ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
+                               reconnect_timeout=0, configure=_use_generic_plans,
+                               kwargs={**kwargs, "application_name": f"skiplock-{name}-{use}"})
+                for use in ("claims", "outcomes"))
+
+    def _pools(self) -> list[ConnectionPool]:
+        return [p for p in (self._claim_pool, self._outcome_pool, self._pool) if p is not None]
 
     def open(self, wait: bool = False) -> "Store":
-        self._pool.open(wait=wait, timeout=15)
-        if self._claim_pool is not None:
-            self._claim_pool.open(wait=wait, timeout=15)
+        for pool in reversed(self._pools()):
+            pool.open(wait=wait, timeout=15)
         return self
 
     def close(self) -> None:
-        if self._claim_pool is not None:
-            self._claim_pool.close(timeout=5)
-        self._pool.close(timeout=5)
+        for pool in self._pools():
+            pool.close(timeout=5)
 
     @contextmanager
     def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None):
@@ -321,34 +324,11 @@ class Store:
 
     # -- worker
     def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
+        """Lease up to `limit` claimable tasks of `queues` (on the claims connection, if this store
+        has worker connections)."""
         rows = self._fetch("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                              lease_seconds=lease_seconds))
-        return [ClaimedTask(*row) for row in rows]
-
-    def settle_and_claim(self, settlements: Sequence[Settlement], queues: Sequence[str], limit: int,
-                         owner: str, lease_seconds: float) -> tuple[dict[uuid.UUID, str], list[ClaimedTask]]:
-        """A worker's round trip: write finished outcomes and claim more in one statement (on the
-        claim connection, if this store has one)."""
-        pool = self._claim_pool
-        claim = dict(queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds)
-        if not settlements:
-            rows = self._fetch("task_claim", claim, pool=pool) if limit > 0 else []
-            return {}, [ClaimedTask(*row) for row in rows]
-        params = self._settle_params(settlements)
-        if limit <= 0:
-            return dict(self._fetch("task_settle", params, pool=pool)), []
-        params.update(claim)
-        applied: dict[uuid.UUID, str] = {}
-        tasks = []
-        for row in self._fetch("task_settle_and_claim", params, pool=pool):
-            if row[0] is None:
-                tasks.append(ClaimedTask._make(row[1:]))
-            else:
-                # keys are the ids as sent (Postgres prints a uuid one way): map them back
-                # rather than parse a UUID per outcome
-                sent = {str(s.task_id): s.task_id for s in settlements}
-                applied = {(sent.get(k) or uuid.UUID(k)): v for k, v in row[0].items()}
-        return applied, tasks
+                                              lease_seconds=lease_seconds), pool=self._claim_pool)
+        return [ClaimedTask._make(row) for row in rows]
 
     def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
         """Renew claims; returns {task id: state} for the claims still held."""
@@ -361,14 +341,15 @@ class Store:
 
     def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
                ) -> dict[uuid.UUID, str]:
-        """Apply fenced outcomes; returns {task id: new state} for those applied. A settlement
-        missing from the result was refused by its fence."""
+        """Apply fenced outcomes, many in one statement (on `conn`, else on the outcomes
+        connection if this store has worker connections); returns {task id: new state} for those
+        applied. A settlement missing from the result was refused by its fence."""
         if not settlements:
             return {}
         params = self._settle_params(settlements)
         if conn is not None:
             return dict(conn.execute(self.sql["task_settle"], params).fetchall())
-        return dict(self._fetch("task_settle", params))
+        return dict(self._fetch("task_settle", params, pool=self._outcome_pool))
 
     @staticmethod
     def _settle_params(settlements: Sequence[Settlement]) -> dict:
@@ -825,7 +806,7 @@ class _BoundStore(Store):
         # not super().__init__(): that would build a second pool; share the parent's state
         self.__dict__.update(parent.__dict__)
         self._conn = conn
-        self._claim_pool = None
+        self._claim_pool = self._outcome_pool = None
 
     @contextmanager
     def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None):

@@ -21,4 +21,4 @@ def main(settings) -> int:
         raise ConfigError("SKIPLOCK_TASKS: no task handlers registered; name the modules that define "
                           "them (e.g. SKIPLOCK_TASKS=myapp.tasks)")
     return run_role(settings, "worker", lambda store, metrics, stop: Worker(settings, store, metrics=metrics, stop=stop),
-                    pool_min=2, pool_max=settings.concurrency + 4, claim_connection=True)
+                    pool_min=2, pool_max=settings.concurrency + 4, worker_connections=True)

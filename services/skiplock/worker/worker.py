@@ -1,13 +1,15 @@
 """The worker: claims tasks, runs their handlers, keeps their leases alive, writes their outcomes.
 
 Threads, each with one job:
-  claimer (the caller of run()) - claims up to the free slots in one statement, on a notification
-                                  or every poll interval;
-  N handler threads             - run sync handlers; async handlers run on one event-loop thread;
-  settler                       - writes finished outcomes, many per round trip, fenced by lease;
-  keeper                        - heartbeats every claim in one statement, enforces timeouts, and
-                                  runs the reaper fallback;
-  listener                      - LISTEN connection (worker/listener.py).
+  claimers (the caller of run(), - claim up to the free slots in one statement, on a notification,
+  and one more when N > 1)         a freed slot or every poll interval; with two, one claims while
+                                   the other's batch runs;
+  N handler threads              - run sync handlers; async handlers run on one event-loop thread;
+  writer                         - writes finished outcomes, many per round trip, fenced by lease,
+                                   in parallel with the claims (each has a connection of its own);
+  keeper                         - heartbeats every claim in one statement, enforces timeouts, and
+                                   runs the reaper fallback;
+  listener                       - LISTEN connection (worker/listener.py).
 No database transaction stays open while a handler runs, except one the handler asked for.
 
 Shutdown (stop.requested): claim nothing more; let running handlers finish until the grace is
@@ -46,6 +48,13 @@ from .listener import Listener
 log = logging.getLogger("skiplock.worker")
 
 _DB_ERRORS = (DatabaseUnavailable, psycopg.Error)
+
+
+def claim_loops(concurrency: int) -> int:
+    """Claim loops in a worker process: with two, one is ready to claim into the slots freed
+    while the other's claim is in flight (claims still run one at a time: see claim_once). One
+    slot has no batch to overlap with."""
+    return 2 if concurrency > 1 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,17 +153,21 @@ class Worker:
         self._lock = threading.Lock()
         self._runs: dict[uuid.UUID, _Run] = {}     # claimed, outcome not yet written
         self._busy = 0                              # handlers running (not abandoned)
+        self._claim_lock = threading.Lock()         # one claim in flight (see claim_once)
+        self._drained_at: float | None = None       # when a claim last found fewer tasks than it asked for
+        self._announced = 0                         # work announced (notifications, re-queued outcomes)
         self._stuck = 0                             # abandoned sync handlers still holding a thread
         self._jobs = _Handoff()
         self._outcomes: collections.deque[_Run] = collections.deque()  # finished, to be written
-        self._wake = threading.Event()
+        self._wake = threading.Event()              # claimers: a slot was freed, or work was announced
+        self._outcome_ready = threading.Event()     # writer: an outcome is waiting
+        self._writer_stop = threading.Event()
         self._idle = threading.Condition(self._lock)
-        self._more_waiting = False
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_futures: dict[uuid.UUID, asyncio.Future] = {}
-        self._gathering = False
+        self._gathering = 0                         # claimers waiting in _gather()
         self._children: dict = {}
         self._keeper_stop = threading.Event()
         self._db_ok = False
@@ -187,10 +200,23 @@ class Worker:
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
                                            "concurrency": self.config.concurrency,
                                            "kinds": self.registry.kinds()})
+        writer = threading.Thread(target=self._write_loop, name="writer", daemon=True)
+        writer.start()
+        claimers = [threading.Thread(target=self._claim_loop, name=f"claimer-{i}", daemon=True)
+                    for i in range(1, claim_loops(self.config.concurrency))]
+        for thread in claimers:
+            thread.start()
+        self._claim_loop()
+        for thread in claimers:
+            thread.join()
+        self.shutdown(writer)
+        return self.exit_code
+
+    def _claim_loop(self) -> None:
         failures = 0
         while not self.stop.is_set():
             try:
-                claimed = self.run_once()
+                claimed, full = self.claim_once()
                 self._db_ok = True
                 failures = 0
             except _DB_ERRORS as exc:
@@ -201,59 +227,113 @@ class Worker:
                                                              "outcomes_pending": len(self._outcomes)})
                 self.stop.wait(delay)
                 continue
-            if claimed and self._more_waiting:
+            if claimed and full:
                 continue  # a full batch: more is probably waiting
-            if not self._outcomes:
-                self._wake.wait(self.config.poll_seconds)
-                self._wake.clear()
+            drained_at = self._drained_at
+            self._wake.wait(self.config.poll_seconds if drained_at is None
+                            else max(0.0, drained_at + self.config.poll_seconds - time.monotonic()))
+            self._wake.clear()
             self._gather()
-        self.shutdown()
-        return self.exit_code
 
     def _gather(self, window: float = 0.005) -> None:
-        """A handler just finished: wait a few milliseconds for others, so that one round trip
-        and one commit write many outcomes and fill many slots, instead of one per task."""
-        if not self._outcomes and not self._more_waiting:
-            return
+        """A slot was just freed: wait a few milliseconds for others, so that one claim fills many
+        slots instead of one claim per task."""
         wanted = max(1, min(self.config.claim_batch, self.config.concurrency) // 2)
         deadline = time.monotonic() + window
         with self._idle:
-            self._gathering = True
+            if self._drained_at is not None:
+                return  # the queues were empty: no claim is coming to fill the slots
+            self._gathering += 1
             try:
-                while (self.config.concurrency - self._busy < wanted and len(self._outcomes) < wanted
-                       and self._busy > 0 and not self.stop.is_set()):
+                while (self.config.concurrency - self._busy < wanted and self._busy > 0
+                       and not self.stop.is_set()):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
                     self._idle.wait(remaining)
             finally:
-                self._gathering = False
+                self._gathering -= 1
 
     def run_once(self) -> int:
-        """One round trip: write the outcomes finished so far and claim up to the free slots, in
-        one transaction. Returns how many tasks were claimed."""
+        """One step by hand (tests, embedding without run()): write the outcomes finished so far,
+        then claim into the free slots. Returns how many tasks were claimed."""
+        self.write_outcomes()
+        self._drained_at = None
+        return self.claim_once()[0]
+
+    def claim_once(self) -> tuple[int, bool]:
+        """One claim (one statement, one commit) into the free slots. Returns how many tasks were
+        claimed, and whether that was all it asked for (more are probably waiting). After a claim
+        that found the queues empty, the next one waits for a notification, a re-queued outcome or
+        the poll interval, not for a freed slot."""
+        # One claim in flight per worker: the other claim loop waits here, and claims the moment
+        # this one is done, into the slots freed meanwhile. (Two at once would each skip the
+        # rows the other holds, which costs Postgres more per task than it saves.)
+        with self._claim_lock:
+            with self._lock:
+                free = self.config.concurrency - self._busy
+            limit = 0 if self.stop.is_set() else max(0, min(free, self.config.claim_batch))
+            drained_at = self._drained_at
+            if drained_at is not None and time.monotonic() - drained_at < self.config.poll_seconds:
+                limit = 0
+            if not limit:
+                return 0, False
+            announced = self._announced
+            tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
+            if tasks:
+                self._dispatch(tasks)
+            # work announced while the claim ran may be newer than its snapshot: not drained then
+            with self._lock:
+                drained = len(tasks) < limit and announced == self._announced
+                self._drained_at = time.monotonic() if drained else None
+        return len(tasks), len(tasks) == limit
+
+    # ---- writing outcomes ------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        """The writer: outcomes as they come, many per statement (those that finish while one is
+        being written go in the next). Runs until shutdown(), whose flush() writes the rest."""
+        failures = 0
+        while not self._writer_stop.is_set():
+            if not self._outcomes:
+                self._outcome_ready.wait(1.0)
+                self._outcome_ready.clear()
+                continue
+            failures = self._write_or_back_off(failures, 15.0, self._writer_stop.wait)
+
+    def _write_or_back_off(self, failures: int, cap: float, pause) -> int:
+        """write_outcomes(); on connection trouble, log and pause(seconds) for a jittered
+        exponential backoff. Returns the count of failures in a row."""
+        try:
+            self.write_outcomes()
+            return 0
+        except _DB_ERRORS as exc:
+            failures += 1
+            delay = random.uniform(0, min(cap, 0.1 * 2**failures))
+            log.warning("writing outcomes failed; retrying",
+                        extra={"error": _short(exc), "retry_in": round(delay, 2), "pending": len(self._outcomes)})
+            pause(delay)
+            return failures
+
+    def write_outcomes(self) -> int:
+        """Write the outcomes finished so far in one statement; returns how many it took. On
+        connection trouble they are kept (fenced: writing them late is safe) and it raises."""
         batch = self._take_outcomes()
-        free = self.config.concurrency - self._busy
-        limit = 0 if self.stop.is_set() else max(0, min(free, self.config.claim_batch))
-        if not batch and not limit:
-            self._more_waiting = free <= 0
+        if not batch:
             return 0
         try:
-            applied, tasks = self.store.settle_and_claim(
-                [r.settlement for r in batch], self.config.queues, limit, self.name, self.config.lease_seconds)
+            applied = self.store.settle([r.settlement for r in batch])
         except psycopg.DataError as exc:
             # one outcome the database refuses must not hold up the others
             self._settle_one_by_one(batch, exc)
-            return 0
+            return len(batch)
         except BaseException:
-            self._outcomes.extendleft(reversed(batch))  # keep them: fenced, so writing late is safe
+            self._outcomes.extendleft(reversed(batch))
             raise
         self._record(batch, applied)
-        self._more_waiting = limit > 0 and len(tasks) == limit
-        if tasks:
-            self._dispatch(tasks)
-        self.counts["claimed"] += len(tasks)
-        return len(tasks)
+        if "queued" in applied.values():
+            # a retry or step due now, or a release: the claimers may have stopped looking
+            self._announce()
+        return len(batch)
 
     def _take_outcomes(self, most: int = 1000) -> list[_Run]:
         batch = []
@@ -271,19 +351,12 @@ class Worker:
             if not self._outcomes:
                 time.sleep(0.01)  # an outcome is on its way (a handler is returning)
                 continue
-            try:
-                self.run_once()
-                failures = 0
-            except _DB_ERRORS as exc:
-                failures += 1
-                log.warning("writing outcomes failed; retrying", extra={"error": _short(exc),
-                                                                         "pending": len(self._outcomes)})
-                if self.stop.urgent.is_set():
-                    return
-                time.sleep(min(deadline - time.monotonic(), random.uniform(0, min(2.0, 0.1 * 2**failures)), 2.0)
-                           if deadline > time.monotonic() else 0)
+            failures = self._write_or_back_off(
+                failures, 2.0, lambda delay: time.sleep(max(0.0, min(delay, deadline - time.monotonic()))))
+            if failures and self.stop.urgent.is_set():
+                return
 
-    def shutdown(self) -> None:
+    def shutdown(self, writer: threading.Thread | None = None) -> None:
         grace_end = time.monotonic() + self.config.shutdown_grace_seconds
         log.info("draining", extra={"running": self._busy, "grace_seconds": self.config.shutdown_grace_seconds})
         with self._idle:
@@ -295,6 +368,10 @@ class Worker:
         released = self._release_all("worker shutting down")
         for _ in range(self.config.concurrency + self._stuck):
             self._jobs.put(None)
+        self._writer_stop.set()
+        self._outcome_ready.set()
+        if writer is not None:
+            writer.join(timeout=2)  # flush() then writes what is left
         # write every outcome we hold; the keeper keeps the leases alive meanwhile (a Postgres
         # outage at exit must not turn finished work into reclaims)
         self.flush(time.monotonic() + max(1.0, self.config.lease_seconds - self.config.shutdown_grace_seconds - 1))
@@ -341,6 +418,7 @@ class Worker:
             for run in runs:
                 self._runs[run.task.id] = run
             self._busy += len(runs)
+            self.counts["claimed"] += len(runs)
             self.metrics.worker_inflight.set(len(self._runs))
         sync_runs = []
         for run in runs:
@@ -449,9 +527,14 @@ class Worker:
             self._settle_in_transaction(run, settlement, held)
         else:
             run.settlement = settlement
-            self._outcomes.append(run)
+            self._to_writer(run)
         if not self._wake.is_set():  # set() takes a lock and notifies: skip it when already set
             self._wake.set()
+
+    def _to_writer(self, run: _Run) -> None:
+        self._outcomes.append(run)
+        if not self._outcome_ready.is_set():  # set() takes a lock and notifies: skip it when already set
+            self._outcome_ready.set()
 
     def _settle_in_transaction(self, run: _Run, settlement: Settlement, held) -> None:
         """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
@@ -459,7 +542,7 @@ class Worker:
         if settlement.outcome not in ("completed", "step"):
             _rollback(held)  # a failure undoes the handler's writes, then is recorded as usual
             run.settlement = settlement
-            self._outcomes.append(run)
+            self._to_writer(run)
             return
         try:
             applied = self.store.settle([settlement], conn=conn)
@@ -473,13 +556,12 @@ class Worker:
                         extra={"task_id": str(run.task.id), "error": _short(exc)})
             run.settlement = self._settlement(run, "retry", error=f"transaction failed: {_short(exc)}",
                                               delay=retry_delay(run.definition.retry, run.task.attempt))
-            self._outcomes.append(run)
+            self._to_writer(run)
             return
         pool_cm.__exit__(None, None, None)
         run.settlement = settlement
         self._record([run], applied)
 
-    # ---- writing outcomes ------------------------------------------------------------------
     def _settle_one_by_one(self, batch: list[_Run], cause: Exception) -> None:
         for run in batch:
             try:
@@ -495,7 +577,7 @@ class Worker:
                                                                       "error": _short(exc2)})
                     applied = {}
             except _DB_ERRORS:
-                self._outcomes.append(run)  # connection trouble: back in line for the normal retry
+                self._to_writer(run)  # connection trouble: back in line for the normal retry
                 continue
             self._record([run], applied)
 
@@ -519,14 +601,16 @@ class Worker:
             settled += 1
             key = (task.queue, task.kind, _outcome_label(operation, state))
             finished[key] = finished.get(key, 0) + 1
-        self.counts["settled"] += settled
+        with self._lock:  # the writer and handlers' own transactions both record
+            self.counts["settled"] += settled
         for labels, n in finished.items():
             self._child(self.metrics.tasks_finished, *labels).inc(n)
         for labels, values in durations.items():
             observe_many(self._child(self.metrics.task_duration, *labels), values)
 
     def _reject(self, operation: str, run: _Run) -> None:
-        self.counts["rejected"] += 1
+        with self._lock:
+            self.counts["rejected"] += 1
         self.metrics.stale_writes_rejected.labels(operation).inc()
         log.warning("stale write rejected: the claim was lost",
                     extra={"task_id": str(run.task.id), "operation": operation,
@@ -616,7 +700,7 @@ class Worker:
             run.settlement = self._settlement(run, "retry", error=f"TimeoutError: timed out after "
                                               f"{run.definition.timeout:g}s",
                                               delay=retry_delay(run.definition.retry, run.task.attempt))
-            self._outcomes.append(run)
+            self._to_writer(run)
             self._spawn_handler_threads(1)
         if abandon:
             self._wake.set()
@@ -639,7 +723,7 @@ class Worker:
             if future is not None:
                 future.cancel()
             run.settlement = self._settlement(run, "released", error=None, message=None)
-            self._outcomes.append(run)
+            self._to_writer(run)
         if runs:
             log.info("released unfinished tasks", extra={"count": len(runs), "reason": reason})
         return len(runs)
@@ -648,7 +732,14 @@ class Worker:
         # a notification names the queue that got work; "*" (a resumed pause) and None (the
         # listener reconnected) mean "look everywhere"
         if payload is None or payload == "*" or payload in self.config.queues:
-            self._wake.set()
+            self._announce()
+
+    def _announce(self) -> None:
+        """Claimable work may exist: the claimers look again now, not at the next poll."""
+        with self._lock:
+            self._announced += 1
+            self._drained_at = None
+        self._wake.set()
 
 
 # json.dumps(value, allow_nan=False) builds a new encoder per call; handlers' results share one.

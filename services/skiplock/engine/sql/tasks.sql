@@ -217,19 +217,6 @@ settle_input AS (
 WITH {{_settle_ctes}}
 SELECT id, state FROM settled;
 
--- name: task_settle_and_claim
--- A worker's round trip: write finished outcomes and claim into the freed slots, in one
--- statement (one commit). Both see one snapshot: a task this settle re-queues is not claimed by
--- this claim. One row per claimed task, and one more row holding the {id: state} map of the
--- outcomes applied (sent once, not repeated on every task row).
-WITH {{_settle_ctes}},
-{{_claim_ctes}}
-SELECT NULL::jsonb AS settled, id, kind, queue, payload, attempts, lease_token, cursor, waited_seconds
-FROM claimed
-UNION ALL
-SELECT coalesce(jsonb_object_agg(id, state), '{}'), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM settled;
-
 -- name: task_reclaim_expired
 -- The reaper. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
 -- lease is not the handler's failure) or to 'failed' once the reclaim budget or the deadline is
