@@ -124,8 +124,8 @@ def test_wakeup_on_notify_and_after_the_listen_connection_is_killed(db_url, db, 
     wait_for(lambda: harness.state_counts(db) == {"completed": 6}, 10, message="the 6 tasks completed")
 
 
-def test_two_claim_loops_never_claim_more_tasks_than_free_slots(db_url, db, processes):
-    """A worker claims from two loops (one claim at a time) while a writer records outcomes: it
+def test_claims_fill_only_free_slots_while_the_writer_records_outcomes(db_url, db, processes):
+    """A worker claims while its writer records outcomes, each on a connection of its own: it
     claims only into free slots, so every task starts as soon as it is claimed, its handlers
     never overlap more than SKIPLOCK_CONCURRENCY, and every slot gets used."""
     ids = skiplock.enqueue_many(db_url, "t.span", [{"sleep": 0.3, "i": i} for i in range(24)])
@@ -154,7 +154,7 @@ def test_two_claim_loops_never_claim_more_tasks_than_free_slots(db_url, db, proc
 
 def test_a_retry_due_at_once_runs_again_without_waiting_for_the_poll(db_url, db, processes):
     # polling every 30 s: a second run within seconds can only come from the writer telling the
-    # claimers that its outcome put the task back in the queue
+    # claimer that its outcome put the task back in the queue
     worker = processes.spawn(db_url, "--concurrency", "4", env={"SKIPLOCK_POLL_SECONDS": "30"})
     processes.wait_ready(worker)
     task_id = skiplock.enqueue(db_url, "t.retry_later", {"delay": 0})

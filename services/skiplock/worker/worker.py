@@ -1,15 +1,14 @@
 """The worker: claims tasks, runs their handlers, keeps their leases alive, writes their outcomes.
 
 Threads, each with one job:
-  claimers (the caller of run(), - claim up to the free slots in one statement, on a notification,
-  and one more when N > 1)         a freed slot or every poll interval; with two, one claims while
-                                   the other's batch runs;
-  N handler threads              - run sync handlers; async handlers run on one event-loop thread;
-  writer                         - writes finished outcomes, many per round trip, fenced by lease,
-                                   in parallel with the claims (each has a connection of its own);
-  keeper                         - heartbeats every claim in one statement, enforces timeouts, and
-                                   runs the reaper fallback;
-  listener                       - LISTEN connection (worker/listener.py).
+  claimer (the caller of run()) - claims up to the free slots in one statement, on a notification,
+                                  a freed slot or every poll interval;
+  N handler threads             - run sync handlers; async handlers run on one event-loop thread;
+  writer                        - writes finished outcomes, many per round trip, fenced by lease,
+                                  while the claimer claims (each has a connection of its own);
+  keeper                        - heartbeats every claim in one statement, enforces timeouts, and
+                                  runs the reaper fallback;
+  listener                      - LISTEN connection (worker/listener.py).
 No database transaction stays open while a handler runs, except one the handler asked for.
 
 Shutdown (stop.requested): claim nothing more; let running handlers finish until the grace is
@@ -48,13 +47,6 @@ from .listener import Listener
 log = logging.getLogger("skiplock.worker")
 
 _DB_ERRORS = (DatabaseUnavailable, psycopg.Error)
-
-
-def claim_loops(concurrency: int) -> int:
-    """Claim loops in a worker process: with two, one is ready to claim into the slots freed
-    while the other's claim is in flight (claims still run one at a time: see claim_once). One
-    slot has no batch to overlap with."""
-    return 2 if concurrency > 1 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,13 +145,12 @@ class Worker:
         self._lock = threading.Lock()
         self._runs: dict[uuid.UUID, _Run] = {}     # claimed, outcome not yet written
         self._busy = 0                              # handlers running (not abandoned)
-        self._claim_lock = threading.Lock()         # one claim in flight (see claim_once)
         self._drained_at: float | None = None       # when a claim last found fewer tasks than it asked for
         self._announced = 0                         # work announced (notifications, re-queued outcomes)
         self._stuck = 0                             # abandoned sync handlers still holding a thread
         self._jobs = _Handoff()
         self._outcomes: collections.deque[_Run] = collections.deque()  # finished, to be written
-        self._wake = threading.Event()              # claimers: a slot was freed, or work was announced
+        self._wake = threading.Event()              # claimer: a slot was freed, or work was announced
         self._outcome_ready = threading.Event()     # writer: an outcome is waiting
         self._writer_stop = threading.Event()
         self._idle = threading.Condition(self._lock)
@@ -167,7 +158,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_futures: dict[uuid.UUID, asyncio.Future] = {}
-        self._gathering = 0                         # claimers waiting in _gather()
+        self._gathering = False                     # the claimer waits in _gather()
         self._children: dict = {}
         self._keeper_stop = threading.Event()
         self._db_ok = False
@@ -202,13 +193,7 @@ class Worker:
                                            "kinds": self.registry.kinds()})
         writer = threading.Thread(target=self._write_loop, name="writer", daemon=True)
         writer.start()
-        claimers = [threading.Thread(target=self._claim_loop, name=f"claimer-{i}", daemon=True)
-                    for i in range(1, claim_loops(self.config.concurrency))]
-        for thread in claimers:
-            thread.start()
         self._claim_loop()
-        for thread in claimers:
-            thread.join()
         self.shutdown(writer)
         return self.exit_code
 
@@ -243,7 +228,7 @@ class Worker:
         with self._idle:
             if self._drained_at is not None:
                 return  # the queues were empty: no claim is coming to fill the slots
-            self._gathering += 1
+            self._gathering = True
             try:
                 while (self.config.concurrency - self._busy < wanted and self._busy > 0
                        and not self.stop.is_set()):
@@ -252,7 +237,7 @@ class Worker:
                         return
                     self._idle.wait(remaining)
             finally:
-                self._gathering -= 1
+                self._gathering = False
 
     def run_once(self) -> int:
         """One step by hand (tests, embedding without run()): write the outcomes finished so far,
@@ -266,26 +251,22 @@ class Worker:
         claimed, and whether that was all it asked for (more are probably waiting). After a claim
         that found the queues empty, the next one waits for a notification, a re-queued outcome or
         the poll interval, not for a freed slot."""
-        # One claim in flight per worker: the other claim loop waits here, and claims the moment
-        # this one is done, into the slots freed meanwhile. (Two at once would each skip the
-        # rows the other holds, which costs Postgres more per task than it saves.)
-        with self._claim_lock:
-            with self._lock:
-                free = self.config.concurrency - self._busy
-            limit = 0 if self.stop.is_set() else max(0, min(free, self.config.claim_batch))
+        with self._lock:
+            free = self.config.concurrency - self._busy
             drained_at = self._drained_at
-            if drained_at is not None and time.monotonic() - drained_at < self.config.poll_seconds:
-                limit = 0
-            if not limit:
-                return 0, False
             announced = self._announced
-            tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
-            if tasks:
-                self._dispatch(tasks)
+        limit = 0 if self.stop.is_set() else max(0, min(free, self.config.claim_batch))
+        if drained_at is not None and time.monotonic() - drained_at < self.config.poll_seconds:
+            limit = 0
+        if not limit:
+            return 0, False
+        tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
+        if tasks:
+            self._dispatch(tasks)
+        with self._lock:
             # work announced while the claim ran may be newer than its snapshot: not drained then
-            with self._lock:
-                drained = len(tasks) < limit and announced == self._announced
-                self._drained_at = time.monotonic() if drained else None
+            drained = len(tasks) < limit and announced == self._announced
+            self._drained_at = time.monotonic() if drained else None
         return len(tasks), len(tasks) == limit
 
     # ---- writing outcomes ------------------------------------------------------------------
@@ -331,7 +312,7 @@ class Worker:
             raise
         self._record(batch, applied)
         if "queued" in applied.values():
-            # a retry or step due now, or a release: the claimers may have stopped looking
+            # a retry or step due now, or a release: the claimer may have stopped looking
             self._announce()
         return len(batch)
 
@@ -735,7 +716,7 @@ class Worker:
             self._announce()
 
     def _announce(self) -> None:
-        """Claimable work may exist: the claimers look again now, not at the next poll."""
+        """Claimable work may exist: the claimer looks again now, not at the next poll."""
         with self._lock:
             self._announced += 1
             self._drained_at = None
