@@ -38,14 +38,15 @@ def _max_payload() -> int:
     return limit
 
 
-def _insert(conn_or_url, specs: list[TaskSpec], schema: str | None) -> list[uuid.UUID]:
+def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
+    """write(conn, schema) on the caller's connection, or on a short one of our own, committed."""
     schema = _schema(schema)
     if isinstance(conn_or_url, psycopg.Connection):
-        return store_mod.insert_tasks(conn_or_url, specs, schema)
+        return write(conn_or_url, schema)
     if not isinstance(conn_or_url, str):
         raise InvalidInput("enqueue needs a psycopg Connection or a postgresql:// URL")
     with store_mod.connect(conn_or_url, autocommit=False) as conn:
-        ids = store_mod.insert_tasks(conn, specs, schema)
+        ids = write(conn, schema)
         conn.commit()
     return ids
 
@@ -62,7 +63,7 @@ def enqueue(conn_or_url: psycopg.Connection | str, kind: str, payload: Any = Non
     spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                     idempotency_key=idempotency_key, max_attempts=max_attempts,
                     max_payload_bytes=_max_payload())
-    return _insert(conn_or_url, [spec], schema)[0]
+    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.insert_tasks(conn, [spec], schema))[0]
 
 
 def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Iterable[Any], *,
@@ -79,8 +80,12 @@ def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Ite
         return []
     first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
                      idempotency_key=keys[0], max_attempts=max_attempts, max_payload_bytes=_max_payload())
+    if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None
+            and all(k is None for k in keys)):
+        # the common case, streamed: each payload is checked as it is written
+        return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
     specs = [first] + [first.with_payload(p, k) for p, k in zip(payloads[1:], keys[1:])]
-    return _insert(conn_or_url, specs, schema)
+    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.insert_tasks(conn, specs, schema))
 
 
 def migrate(url: str, schema: str | None = None) -> list[str]:

@@ -111,11 +111,36 @@ def test_bulk_enqueue_joins_the_callers_transaction(db_url, db):
     assert rows == (500, 2, 1, True)
 
 
-def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db):
-    payloads = [{"i": i} for i in range(200)] + [{"bad": object()}]
+@pytest.mark.parametrize("bad_at", [0, 200, 900])  # in the first piece of the COPY, or after pieces went out
+def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db, bad_at):
+    payloads = [{"i": i} for i in range(1000)]
+    payloads[bad_at] = {"bad": object()}
     with pytest.raises(InvalidInput, match="not JSON-serializable"):
         skiplock.enqueue_many(db_url, "t.noop", payloads)
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 0
+
+
+def test_a_payload_refused_halfway_through_a_bulk_enqueue_leaves_the_callers_transaction_usable(
+        db_url, db, monkeypatch):
+    monkeypatch.setenv("SKIPLOCK_MAX_PAYLOAD_BYTES", "1000")
+    payloads = [{"i": i} for i in range(700)]
+    payloads[600] = {"big": "x" * 2000}
+    with psycopg.connect(db_url) as conn:
+        before = skiplock.enqueue(conn, "t.noop", {"before": True})
+        with pytest.raises(PayloadTooLarge, match="the limit is 1000"):
+            skiplock.enqueue_many(conn, "t.noop", payloads)
+        after = skiplock.enqueue(conn, "t.noop", {"after": True})
+        conn.commit()
+    assert {r[0] for r in db.execute("SELECT id FROM skiplock.tasks")} == {before, after}
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 2
+    # and the same bulk without the big payload goes in whole, in the caller's transaction
+    del payloads[600]
+    with psycopg.connect(db_url) as conn:
+        ids = skiplock.enqueue_many(conn, "t.noop", payloads)
+        conn.commit()
+    assert db.execute("SELECT count(*), count(DISTINCT id) FROM skiplock.tasks WHERE id = ANY(%s)",
+                      (ids,)).fetchone() == (699, 699)
 
 
 def test_bulk_copy_keeps_awkward_payloads_intact(db_url, db):
