@@ -31,7 +31,7 @@ def minify(sql: str) -> str:
     """Drop `--` comments and collapse whitespace outside string literals.
 
     The comments are for readers of the .sql files; the driver converts and caches only
-    statements under 4 KiB, and the combined settle-and-claim statement is over that with them.
+    statements under 4 KiB, and the worker's settle statement is over that with them.
     """
     out: list[str] = []
     i, n = 0, len(sql)
