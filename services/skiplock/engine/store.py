@@ -219,7 +219,7 @@ def _copy_line(task_id: str, s: TaskSpec) -> str:
 
 def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
                 sql: dict[str, str], channel: str) -> list[uuid.UUID]:
-    texts = list(map(str, ids))  # each id printed once, for both tables
+    texts = [u.hex for u in ids]  # printed once for both tables (Postgres reads a uuid without dashes too)
     _copy_in(conn, texts, lambda: "".join(map(_copy_line, texts, specs)), {s.queue for s in specs}, sql, channel)
     return ids
 
@@ -231,7 +231,7 @@ def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[A
     encoded and checked while Postgres stores the tasks' events; one refused leaves nothing
     written."""
     ids = uuid7.many(len(payloads))
-    texts = list(map(str, ids))
+    texts = [u.hex for u in ids]
     max_attempts = _COPY_NULL if template.max_attempts is None else template.max_attempts
     fixed = f"\t{template.kind}\t{template.queue}\t{template.priority}\t"
     tail = f"\t{max_attempts}\t1\n"
