@@ -158,7 +158,9 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._async_futures: dict[uuid.UUID, asyncio.Future] = {}
-        self._gathering = False                     # the claimer waits in _gather()
+        self._gathering = False                     # the claimer waits in _gather() ...
+        # ... for this many free slots (a claim of at least half a batch)
+        self._gather_wanted = max(1, min(self.config.claim_batch, self.config.concurrency) // 2)
         self._children: dict = {}
         self._keeper_stop = threading.Event()
         self._db_ok = False
@@ -223,7 +225,7 @@ class Worker:
     def _gather(self, window: float = 0.005) -> None:
         """A slot was just freed: wait a few milliseconds for others, so that one claim fills many
         slots instead of one claim per task."""
-        wanted = max(1, min(self.config.claim_batch, self.config.concurrency) // 2)
+        wanted = self._gather_wanted
         deadline = time.monotonic() + window
         with self._idle:
             if self._drained_at is not None:
@@ -496,7 +498,9 @@ class Worker:
                 run.handler_done = True
                 self._busy -= 1
                 dropped = False
-            if self._gathering or self.stop.is_set():
+            # wake the gathering claimer only once what it waits for is there, not per task
+            if (self._gathering and (self.config.concurrency - self._busy >= self._gather_wanted or not self._busy)
+                    or self.stop.is_set()):
                 self._idle.notify_all()
         if dropped:
             if held is not None:
