@@ -111,7 +111,7 @@ def test_bulk_enqueue_joins_the_callers_transaction(db_url, db):
     assert rows == (500, 2, 1, True)
 
 
-@pytest.mark.parametrize("bad_at", [0, 200, 999])  # found while the events' COPY is already under way
+@pytest.mark.parametrize("bad_at", [0, 200, 999])  # in the COPY's first piece, or after pieces went out
 def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db, bad_at):
     payloads = [{"i": i} for i in range(1000)]
     payloads[bad_at] = {"bad": object()}

@@ -206,6 +206,8 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
 # Bulk enqueues of plain tasks (no idempotency key, no delay) this large go through COPY, which
 # moves rows about a third faster than INSERT ... SELECT FROM unnest(...).
 COPY_THRESHOLD = 64
+# Rows per piece of a COPY: Postgres stores one piece while the next is encoded.
+COPY_PIECE = 250
 
 _COPY_NULL = "\\N"
 
@@ -220,16 +222,18 @@ def _copy_line(task_id: str, s: TaskSpec) -> str:
 def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
                 sql: dict[str, str], channel: str) -> list[uuid.UUID]:
     texts = [u.hex for u in ids]  # printed once for both tables (Postgres reads a uuid without dashes too)
-    _copy_in(conn, texts, lambda: "".join(map(_copy_line, texts, specs)), {s.queue for s in specs}, sql, channel)
+    pieces = ("".join(map(_copy_line, texts[i:i + COPY_PIECE], specs[i:i + COPY_PIECE]))
+              for i in range(0, len(specs), COPY_PIECE))
+    _copy_in(conn, texts, pieces, {s.queue for s in specs}, sql, channel)
     return ids
 
 
 def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[Any], schema: str = "skiplock",
               channel: str | None = None) -> list[uuid.UUID]:
     """enqueue_many's common case: plain tasks (no idempotency key, no delay) that differ only in
-    their payloads, the other fields taken from `template` (validated once). The payloads are
-    encoded and checked while Postgres stores the tasks' events; one refused leaves nothing
-    written."""
+    their payloads, the other fields taken from `template` (validated once). Each payload is
+    encoded and checked as its piece of the COPY is written, while Postgres stores the previous
+    piece; one refused leaves nothing written."""
     ids = uuid7.many(len(payloads))
     texts = [u.hex for u in ids]
     max_attempts = _COPY_NULL if template.max_attempts is None else template.max_attempts
@@ -237,27 +241,29 @@ def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[A
     tail = f"\t{max_attempts}\t1\n"
     limit = template.max_payload_bytes
 
-    def rows() -> str:
-        return "".join([f"{task_id}{fixed}{encode_payload(p, limit).replace(chr(92), chr(92) * 2)}{tail}"
-                        for task_id, p in zip(texts, payloads)])
+    def pieces() -> Iterator[str]:
+        for i in range(0, len(payloads), COPY_PIECE):
+            yield "".join([f"{task_id}{fixed}{encode_payload(p, limit).replace(chr(92), chr(92) * 2)}{tail}"
+                           for task_id, p in zip(texts[i:i + COPY_PIECE], payloads[i:i + COPY_PIECE])])
 
-    _copy_in(conn, texts, rows, {template.queue}, queries.load(schema), channel or f"skiplock_{schema}")
+    _copy_in(conn, texts, pieces(), {template.queue}, queries.load(schema), channel or f"skiplock_{schema}")
     return ids
 
 
-def _copy_in(conn: psycopg.Connection, texts: list[str], rows: Callable[[], str], queues: set[str],
+def _copy_in(conn: psycopg.Connection, texts: list[str], pieces: Iterable[str], queues: set[str],
              sql: dict[str, str], channel: str) -> None:
-    """COPY the tasks' 'queued' events, then the tasks (text format, `rows()`, encoded while
-    Postgres stores the events), and wake the workers: one unit, in the caller's transaction if
-    it has one. Kinds and queues are validated names (no tab, newline or backslash); payloads
-    are JSON text, whose only special character for COPY is the backslash of its escapes."""
+    """COPY the tasks (text format, piece by piece) and then their 'queued' events (the webhook
+    outbox's trigger on the events reads their tasks), and wake the workers: one unit, in the
+    caller's transaction if it has one. Kinds and queues are validated names (no tab, newline or
+    backslash); payloads are JSON text, whose only special character for COPY is the backslash
+    of its escapes."""
     with translated_errors(), _unit(conn):
         cur = conn.cursor()
+        with cur.copy(sql["task_copy_in"]) as copy:
+            for piece in pieces:  # an error here (a payload refused) aborts the COPY
+                copy.write(piece.encode())
         with cur.copy(sql["task_event_copy_in"]) as copy:
             copy.write("".join([f"{task_id}\t1\tqueued\t0\n" for task_id in texts]).encode())
-            encoded = rows().encode()  # an error here (a payload refused) aborts the COPY
-        with cur.copy(sql["task_copy_in"]) as copy:
-            copy.write(encoded)
         cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted(queues)})
 
 
