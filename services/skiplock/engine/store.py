@@ -212,11 +212,20 @@ COPY_PIECE = 250
 _COPY_NULL = "\\N"
 
 
-def _copy_line(task_id: str, s: TaskSpec) -> str:
-    """One tasks row in COPY text format."""
-    payload = s.payload_json.replace("\\", "\\\\")
+def _copy_frame(s: TaskSpec) -> tuple[str, str]:
+    """A tasks row in COPY text format (the columns of task_copy_in) is id + middle + payload +
+    end; this returns (middle, end), the parts taken from `s`."""
     max_attempts = _COPY_NULL if s.max_attempts is None else s.max_attempts
-    return f"{task_id}\t{s.kind}\t{s.queue}\t{s.priority}\t{payload}\t{max_attempts}\t1\n"
+    return f"\t{s.kind}\t{s.queue}\t{s.priority}\t", f"\t{max_attempts}\t1\n"
+
+
+def _copy_text(payload_json: str) -> str:
+    return payload_json.replace("\\", "\\\\")
+
+
+def _copy_line(task_id: str, s: TaskSpec) -> str:
+    middle, end = _copy_frame(s)
+    return f"{task_id}{middle}{_copy_text(s.payload_json)}{end}"
 
 
 def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
@@ -236,14 +245,12 @@ def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[A
     piece; one refused leaves nothing written."""
     ids = uuid7.many(len(payloads))
     texts = [u.hex for u in ids]
-    max_attempts = _COPY_NULL if template.max_attempts is None else template.max_attempts
-    fixed = f"\t{template.kind}\t{template.queue}\t{template.priority}\t"
-    tail = f"\t{max_attempts}\t1\n"
+    middle, end = _copy_frame(template)
     limit = template.max_payload_bytes
 
     def pieces() -> Iterator[str]:
         for i in range(0, len(payloads), COPY_PIECE):
-            yield "".join([f"{task_id}{fixed}{encode_payload(p, limit).replace(chr(92), chr(92) * 2)}{tail}"
+            yield "".join([f"{task_id}{middle}{_copy_text(encode_payload(p, limit))}{end}"
                            for task_id, p in zip(texts[i:i + COPY_PIECE], payloads[i:i + COPY_PIECE])])
 
     _copy_in(conn, texts, pieces(), {template.queue}, queries.load(schema), channel or f"skiplock_{schema}")
