@@ -67,6 +67,32 @@ def test_bulk_enqueue_with_keys_returns_existing_ids(db_url, db):
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 2
 
 
+def test_keyed_bulk_enqueue_writes_one_event_per_task_it_inserted(db_url, db):
+    skiplock.enqueue(db_url, "t.noop", {}, idempotency_key="k1")
+    skiplock.enqueue_many(db_url, "t.noop", [{}] * 4, idempotency_keys=["k1", "k2", "k2", None])
+    rows = db.execute("SELECT t.idempotency_key, count(e.*), min(e.seq), min(t.event_seq) FROM skiplock.tasks t "
+                      "LEFT JOIN skiplock.task_events e ON e.task_id = t.id "
+                      "GROUP BY 1 ORDER BY 1 NULLS LAST").fetchall()
+    assert rows == [("k1", 1, 1, 1), ("k2", 1, 1, 1), (None, 1, 1, 1)]
+
+
+def test_a_task_inserted_by_plain_sql_gets_its_queued_event_and_wakes_the_workers(db_url, db):
+    """The database, not the client, writes a new task's first event and the wake-up: an INSERT
+    that is not skiplock's own is a task like any other."""
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN skiplock_skiplock")
+        with db.transaction():
+            db.execute("INSERT INTO skiplock.tasks (id, kind, queue) "
+                       "SELECT skiplock.uuid7(), 't.noop', q FROM unnest(ARRAY['a', 'a', 'b']) AS q")
+            db.execute("INSERT INTO skiplock.tasks (id, kind, queue, run_after) "
+                       "VALUES (skiplock.uuid7(), 't.noop', 'later', now() + interval '1 hour')")
+        assert sorted(n.payload for n in listener.notifies(timeout=0.5)) == ["a", "b"]
+    events = db.execute("SELECT t.queue, e.seq, e.type, e.attempt, t.event_seq FROM skiplock.tasks t "
+                        "JOIN skiplock.task_events e ON e.task_id = t.id ORDER BY 1").fetchall()
+    assert events == [("a", 1, "queued", 0, 1), ("a", 1, "queued", 0, 1), ("b", 1, "queued", 0, 1),
+                      ("later", 1, "queued", 0, 1)]
+
+
 def test_delayed_task_does_not_notify(db_url, db):
     db.execute("LISTEN skiplock_skiplock")
     skiplock.enqueue(db_url, "t.noop", {}, delay=60)

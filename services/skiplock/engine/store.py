@@ -151,18 +151,20 @@ class _RawJson(Jsonb):
         super().__init__(text, dumps=lambda text: text)
 
 
-def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock",
-                 channel: str | None = None) -> list[uuid.UUID]:
+def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock") -> list[uuid.UUID]:
     """Insert tasks on `conn`, inside whatever transaction it is in. Returns one id per spec, in
-    order; a spec whose idempotency key is taken gets the existing task's id."""
+    order; a spec whose idempotency key is taken gets the existing task's id. The database writes
+    their 'queued' events and wakes the workers (the tasks_inserted trigger)."""
     if not specs:
         return []
     sql = queries.load(schema)
     ids = uuid7.many(len(specs))
-    channel = channel or f"skiplock_{schema}"
     if len(specs) >= COPY_THRESHOLD and all(
             s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
-        return _copy_tasks(conn, specs, ids, sql, channel)
+        texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
+        _copy_in(conn, ("".join(map(_copy_line, texts[i:i + COPY_PIECE], specs[i:i + COPY_PIECE]))
+                        for i in range(0, len(specs), COPY_PIECE)), sql)
+        return ids
     params = dict(
         ids=ids,
         kinds=[s.kind for s in specs],
@@ -173,7 +175,6 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
         delays=[s.delay for s in specs],
         run_ats=[s.run_at for s in specs],
         idempotency_keys=[s.idempotency_key for s in specs],
-        channel=channel,
     )
     with translated_errors():
         inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
@@ -198,7 +199,7 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
         if orphans:
             # the key's task was deleted (retention) between our INSERT and the lookup: the key is
             # free again, so insert these once more
-            for i, task_id in zip(orphans, insert_tasks(conn, [specs[i] for i in orphans], schema, channel)):
+            for i, task_id in zip(orphans, insert_tasks(conn, [specs[i] for i in orphans], schema)):
                 ids[i] = task_id
     return ids
 
@@ -228,50 +229,36 @@ def _copy_line(task_id: str, s: TaskSpec) -> str:
     return f"{task_id}{middle}{_copy_text(s.payload_json)}{end}"
 
 
-def _copy_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID],
-                sql: dict[str, str], channel: str) -> list[uuid.UUID]:
-    texts = [u.hex for u in ids]  # printed once for both tables (Postgres reads a uuid without dashes too)
-    pieces = ("".join(map(_copy_line, texts[i:i + COPY_PIECE], specs[i:i + COPY_PIECE]))
-              for i in range(0, len(specs), COPY_PIECE))
-    _copy_in(conn, texts, pieces, {s.queue for s in specs}, sql, channel)
-    return ids
-
-
-def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[Any], schema: str = "skiplock",
-              channel: str | None = None) -> list[uuid.UUID]:
+def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[Any],
+              schema: str = "skiplock") -> list[uuid.UUID]:
     """enqueue_many's common case: plain tasks (no idempotency key, no delay) that differ only in
-    their payloads, the other fields taken from `template` (validated once). Each payload is
-    encoded and checked as its piece of the COPY is written, while Postgres stores the previous
+    their payloads, the other fields taken from `template` (validated once). Each piece's ids are
+    made and its payloads encoded and checked as it is written, while Postgres stores the previous
     piece; one refused leaves nothing written."""
-    ids = uuid7.many(len(payloads))
-    texts = [u.hex for u in ids]
     middle, end = _copy_frame(template)
     limit = template.max_payload_bytes
+    ids: list[uuid.UUID] = []
 
     def pieces() -> Iterator[str]:
         for i in range(0, len(payloads), COPY_PIECE):
-            yield "".join([f"{task_id}{middle}{_copy_text(encode_payload(p, limit))}{end}"
-                           for task_id, p in zip(texts[i:i + COPY_PIECE], payloads[i:i + COPY_PIECE])])
+            piece = payloads[i:i + COPY_PIECE]
+            piece_ids = uuid7.many(len(piece))
+            ids.extend(piece_ids)
+            yield "".join([f"{task_id.hex}{middle}{_copy_text(encode_payload(p, limit))}{end}"
+                           for task_id, p in zip(piece_ids, piece)])
 
-    _copy_in(conn, texts, pieces(), {template.queue}, queries.load(schema), channel or f"skiplock_{schema}")
+    _copy_in(conn, pieces(), queries.load(schema))
     return ids
 
 
-def _copy_in(conn: psycopg.Connection, texts: list[str], pieces: Iterable[str], queues: set[str],
-             sql: dict[str, str], channel: str) -> None:
-    """COPY the tasks (text format, piece by piece) and then their 'queued' events (the webhook
-    outbox's trigger on the events reads their tasks), and wake the workers: one unit, in the
-    caller's transaction if it has one. Kinds and queues are validated names (no tab, newline or
-    backslash); payloads are JSON text, whose only special character for COPY is the backslash
-    of its escapes."""
-    with translated_errors(), _unit(conn):
-        cur = conn.cursor()
-        with cur.copy(sql["task_copy_in"]) as copy:
-            for piece in pieces:  # an error here (a payload refused) aborts the COPY
-                copy.write(piece.encode())
-        with cur.copy(sql["task_event_copy_in"]) as copy:
-            copy.write("".join([f"{task_id}\t1\tqueued\t0\n" for task_id in texts]).encode())
-        cur.execute(sql["task_wake"], {"channel": channel, "queues": sorted(queues)})
+def _copy_in(conn: psycopg.Connection, pieces: Iterable[str], sql: dict[str, str]) -> None:
+    """COPY the tasks (text format, piece by piece) as one unit, in the caller's transaction if
+    it has one; the tasks_inserted trigger writes their events and wakes the workers when the
+    COPY ends. Kinds and queues are validated names (no tab, newline or backslash); payloads are
+    JSON text, whose only special character for COPY is the backslash of its escapes."""
+    with translated_errors(), _unit(conn), conn.cursor().copy(sql["task_copy_in"]) as copy:
+        for piece in pieces:  # an error here (a payload refused) aborts the COPY
+            copy.write(piece.encode())
 
 
 @contextmanager
@@ -379,7 +366,7 @@ class Store:
     def enqueue(self, specs: Sequence[TaskSpec]) -> list[uuid.UUID]:
         with self.connection() as conn:
             with conn.transaction():
-                return insert_tasks(conn, specs, self.schema, self.channel)
+                return insert_tasks(conn, specs, self.schema)
 
     # -- worker
     def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
@@ -486,7 +473,7 @@ class Store:
         A key that names a task submitted with the same fingerprint is a replay (created False);
         with another fingerprint it is IdempotencyConflict, and nothing of this call remains."""
         with self.connection() as conn:
-            ids = insert_tasks(conn, specs, self.schema, self.channel)
+            ids = insert_tasks(conn, specs, self.schema)
             created = [True] * len(specs)
             keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None]
             if keyed:
@@ -593,7 +580,7 @@ class Store:
             spec = template.with_payload(schedule.payload, idempotency_key(schedule.name, fire.nominal_at))
             if schedule.jitter_seconds:
                 spec.delay = random.uniform(0, schedule.jitter_seconds)
-            previous = insert_tasks(conn, [spec], self.schema, self.channel)[0]
+            previous = insert_tasks(conn, [spec], self.schema)[0]
             fired.append((fire.nominal_at, previous))
             nominal_ats.append(fire.nominal_at), outcomes.append("fired")
             task_ids.append(previous), details.append(fire.detail)

@@ -9,41 +9,24 @@
 -- name: task_insert
 -- Tasks come as parallel arrays (one or many). A taken idempotency key inserts nothing;
 -- the caller looks the existing id up in a second statement (a new snapshot sees the winner).
-WITH input AS (
-    SELECT *
-    FROM unnest(
-        %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
-        %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
-        %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[]
-    ) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key)
-), inserted AS (
-    INSERT INTO skiplock.tasks
-        (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
-    SELECT id, kind, queue, priority, payload, max_attempts,
-           coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1
-    FROM input
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, run_after
-), events AS (
-    INSERT INTO skiplock.task_events (task_id, seq, type, attempt)
-    SELECT id, 1, 'queued', 0 FROM inserted
-), wake AS (
-    -- delivered on commit; one per queue however many rows (Postgres folds equal notifications)
-    SELECT pg_notify(%(channel)s, queue)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE run_after <= now()) AS q
-)
-SELECT id, (SELECT count(*) FROM wake) AS woken FROM inserted;
+-- The tasks_inserted trigger (migration 0007) writes each new task's 'queued' event and wakes
+-- the workers (on commit, one notification per queue however many rows).
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
+SELECT id, kind, queue, priority, payload, max_attempts,
+       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1
+FROM unnest(
+    %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+    %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
+    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[]
+) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
 
 -- name: task_copy_in
--- Bulk enqueue of plain tasks (store._copy_tasks); run_after and created_at take their now() defaults.
+-- Bulk enqueue of plain tasks (store.copy_many); run_after and created_at take their now()
+-- defaults; the tasks_inserted trigger writes their events and wakes the workers.
 COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq) FROM STDIN;
-
--- name: task_event_copy_in
--- Their 'queued' events, in the same transaction.
-COPY skiplock.task_events (task_id, seq, type, attempt) FROM STDIN;
-
--- name: task_wake
-SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
