@@ -327,7 +327,7 @@ class Store:
         if worker_connections:
             self._claim_pool, self._outcome_pool = (
                 ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
-                               reconnect_timeout=0, configure=_use_generic_plans,
+                               reconnect_timeout=0, configure=_use_generic_plans, num_workers=1,
                                kwargs={**kwargs, "application_name": f"skiplock-{name}-{use}"})
                 for use in ("claims", "outcomes"))
 

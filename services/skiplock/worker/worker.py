@@ -47,6 +47,8 @@ from .listener import Listener
 log = logging.getLogger("skiplock.worker")
 
 _DB_ERRORS = (DatabaseUnavailable, psycopg.Error)
+# handler threads started before the first claim (see Worker.start)
+_THREADS_AT_ONCE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +176,13 @@ class Worker:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Worker":
-        self._spawn_handler_threads(self.config.concurrency)
+        # The first claim need not wait for every handler thread (100 take about 12 ms to start):
+        # a few now, the rest beside the first claims. Claimed runs wait in the queue meanwhile.
+        now = min(self.config.concurrency, _THREADS_AT_ONCE)
+        self._spawn_handler_threads(now)
+        if self.config.concurrency > now:
+            threading.Thread(target=self._spawn_handler_threads, args=(self.config.concurrency - now,),
+                             name="spawner", daemon=True).start()
         if any(self.registry.get(k).is_async for k in self.registry.kinds()):
             self._loop = asyncio.new_event_loop()
             self._loop_thread = threading.Thread(target=self._loop.run_forever, name="handlers-async",
