@@ -138,11 +138,16 @@ def test_bulk_enqueue_joins_the_callers_transaction(db_url, db):
 
 
 @pytest.mark.parametrize("bad_at", [0, 200, 999])  # in the COPY's first piece, or after pieces went out
-def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db, bad_at):
+@pytest.mark.parametrize("via", ["url", "autocommit connection"])  # a transaction of ours, or the COPY alone
+def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db, bad_at, via):
     payloads = [{"i": i} for i in range(1000)]
     payloads[bad_at] = {"bad": object()}
     with pytest.raises(InvalidInput, match="not JSON-serializable"):
-        skiplock.enqueue_many(db_url, "t.noop", payloads)
+        if via == "url":
+            skiplock.enqueue_many(db_url, "t.noop", payloads)
+        else:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                skiplock.enqueue_many(conn, "t.noop", payloads)
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 0
 
@@ -160,6 +165,15 @@ def test_a_payload_refused_halfway_through_a_bulk_enqueue_leaves_the_callers_tra
         conn.commit()
     assert {r[0] for r in db.execute("SELECT id FROM skiplock.tasks")} == {before, after}
     assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 2
+    # the same in a transaction block on an autocommit connection
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        with conn.transaction():
+            inside = skiplock.enqueue(conn, "t.noop", {"inside": True})
+            with pytest.raises(PayloadTooLarge, match="the limit is 1000"):
+                skiplock.enqueue_many(conn, "t.noop", payloads)
+            assert conn.execute("SELECT count(*) FROM skiplock.tasks WHERE id = %s", (inside,)).fetchone()[0] == 1
+    assert {r[0] for r in db.execute("SELECT id FROM skiplock.tasks")} == {before, after, inside}
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 3
     # and the same bulk without the big payload goes in whole, in the caller's transaction
     del payloads[600]
     with psycopg.connect(db_url) as conn:
@@ -167,6 +181,11 @@ def test_a_payload_refused_halfway_through_a_bulk_enqueue_leaves_the_callers_tra
         conn.commit()
     assert db.execute("SELECT count(*), count(DISTINCT id) FROM skiplock.tasks WHERE id = ANY(%s)",
                       (ids,)).fetchone() == (699, 699)
+    # and on an autocommit connection, where the COPY is its own transaction
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        ids = skiplock.enqueue_many(conn, "t.noop", payloads)
+    assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE task_id = ANY(%s)",
+                      (ids,)).fetchone()[0] == 699
 
 
 def test_bulk_copy_keeps_awkward_payloads_intact(db_url, db):

@@ -263,12 +263,13 @@ def _copy_in(conn: psycopg.Connection, pieces: Iterable[str], sql: dict[str, str
 
 @contextmanager
 def _unit(conn: psycopg.Connection) -> Iterator[None]:
-    """All or nothing: a transaction of our own on an autocommit connection, else a savepoint in
-    the caller's transaction (begun by it if need be), so that an error inside (a payload refused
-    during a COPY) leaves the caller's transaction as it was, and usable."""
-    if conn.autocommit:
-        with conn.transaction():
-            yield
+    """All or nothing for the one COPY statement inside: on an autocommit connection outside a
+    transaction, the statement is its own transaction (its trigger's writes included), so it
+    needs no BEGIN and COMMIT of ours; else a savepoint in the caller's transaction (begun by it
+    if need be), so that an error inside (a payload refused during the COPY) leaves the caller's
+    transaction as it was, and usable."""
+    if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        yield
         return
     # not conn.transaction(): on a connection idle outside a transaction, it would commit
     conn.execute("SAVEPOINT skiplock_enqueue")
