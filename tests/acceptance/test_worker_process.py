@@ -162,3 +162,23 @@ def test_a_retry_due_at_once_runs_again_without_waiting_for_the_poll(db_url, db,
     assert scalar(db, "SELECT count(*) FROM public.executions WHERE task_id = %s", (task_id,)) == 2
     assert db.execute("SELECT result, attempts FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone() == \
         ("second time lucky", 2)
+
+
+def test_a_slot_freed_by_a_lost_claim_is_claimed_into_at_once(db_url, db, processes):
+    # one slot, polling every 30 s: the heartbeat that finds the claim lost must wake the claimer
+    worker = processes.spawn(db_url, "--concurrency", "1", env={
+        "SKIPLOCK_POLL_SECONDS": "30", "SKIPLOCK_LEASE_SECONDS": "6", "SKIPLOCK_HEARTBEAT_SECONDS": "0.5"})
+    processes.wait_ready(worker)
+    lost = skiplock.enqueue(db_url, "t.cancellable", {"sleep": 60})
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM public.executions") == 1, 10, message="the first task running")
+    waiting = skiplock.enqueue(db_url, "t.record", {})
+    # another claimer took the task over (a newer lease token): this worker's claim is lost
+    db.execute("UPDATE skiplock.tasks SET lease_token = nextval('skiplock.lease_tokens'), "
+               "lease_owner = 'someone-else' WHERE id = %s", (lost,))
+    wait_for(lambda: scalar(db, "SELECT state FROM skiplock.tasks WHERE id = %s", (waiting,)) == "completed", 5,
+             message="the waiting task ran in the freed slot")
+    assert scalar(db, "SELECT count(*) FROM public.executions WHERE task_id = %s", (waiting,)) == 1
+    # the lost claim's late outcome was dropped, not written over the new owner's claim
+    assert db.execute("SELECT state, lease_owner FROM skiplock.tasks WHERE id = %s", (lost,)).fetchone() == \
+        ("running", "someone-else")
+    assert metric(worker.metrics_port, "skiplock_stale_writes_rejected_total", operation="heartbeat") == 1.0

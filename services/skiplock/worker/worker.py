@@ -657,6 +657,8 @@ class Worker:
         for run in lost:
             run.ctx.request_cancel()
             self._reject("heartbeat", run)
+        if lost:
+            self._wake.set()  # their slots are free: claim into them now, not at the next poll
         return len(held)
 
     def reap_once(self) -> int:
