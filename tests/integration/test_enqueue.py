@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import psycopg
@@ -198,3 +199,36 @@ def test_bulk_copy_keeps_awkward_payloads_intact(db_url, db):
     ids_default = skiplock.enqueue_many(db_url, "t.noop", [{}] * 100)
     assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND max_attempts IS NULL",
                       (ids_default,)).fetchone()[0] == 100
+
+
+def test_one_task_and_a_small_batch_store_the_same_fields(db_url, db):
+    """A single enqueue has a statement of its own (plain parameters); a batch below the COPY
+    threshold goes through arrays. Both store the same row."""
+    at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    kwargs = dict(queue="q1", priority=3, max_attempts=7)
+
+    def row(task_id):
+        *fields, run_after, created_at = db.execute(
+            "SELECT kind, queue, priority, payload, max_attempts, idempotency_key, state, event_seq, run_after, "
+            "created_at FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
+        # a delay as whole seconds after creation, a run_at as given
+        return (*fields, run_after if run_after - created_at > dt.timedelta(days=1)
+                else round((run_after - created_at).total_seconds()))
+
+    def keyed_row(enqueue):
+        task_id = enqueue()
+        found = row(task_id)
+        db.execute("DELETE FROM skiplock.tasks WHERE id = %s", (task_id,))  # the key is free again
+        return found
+
+    one = [row(skiplock.enqueue(db_url, "t.noop", {"x": 1}, delay=120, **kwargs)),
+           row(skiplock.enqueue(db_url, "t.noop", {"x": 1}, run_at=at, **kwargs)),
+           keyed_row(lambda: skiplock.enqueue(db_url, "t.noop", None, idempotency_key="same", **kwargs))]
+    many = [row(skiplock.enqueue_many(db_url, "t.noop", [{"x": 1}] * 2, delay=120, **kwargs)[1]),
+            row(skiplock.enqueue_many(db_url, "t.noop", [{"x": 1}] * 2, run_at=at, **kwargs)[1]),
+            keyed_row(lambda: skiplock.enqueue_many(db_url, "t.noop", [None, None], idempotency_keys=["same", None],
+                                                    **kwargs)[0])]
+    assert one == many
+    assert one[0] == ("t.noop", "q1", 3, {"x": 1}, 7, None, "queued", 1, 120)
+    assert one[1][8] == at
+    assert one[2] == ("t.noop", "q1", 3, {}, 7, "same", "queued", 1, 0)  # no payload: {}

@@ -165,19 +165,25 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
         _copy_in(conn, ("".join(map(_copy_line, texts[i:i + COPY_PIECE], specs[i:i + COPY_PIECE]))
                         for i in range(0, len(specs), COPY_PIECE)), sql)
         return ids
-    params = dict(
-        ids=ids,
-        kinds=[s.kind for s in specs],
-        queues=[s.queue for s in specs],
-        priorities=[s.priority for s in specs],
-        payloads=[_RawJson(s.payload_json) for s in specs],
-        max_attempts=[s.max_attempts for s in specs],
-        delays=[s.delay for s in specs],
-        run_ats=[s.run_at for s in specs],
-        idempotency_keys=[s.idempotency_key for s in specs],
-    )
+    if len(specs) == 1:  # the common single enqueue: plain parameters, no arrays to build and unnest
+        s = specs[0]
+        statement, params = sql["task_insert_one"], dict(
+            id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
+            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key)
+    else:
+        statement, params = sql["task_insert"], dict(
+            ids=ids,
+            kinds=[s.kind for s in specs],
+            queues=[s.queue for s in specs],
+            priorities=[s.priority for s in specs],
+            payloads=[_RawJson(s.payload_json) for s in specs],
+            max_attempts=[s.max_attempts for s in specs],
+            delays=[s.delay for s in specs],
+            run_ats=[s.run_at for s in specs],
+            idempotency_keys=[s.idempotency_key for s in specs],
+        )
     with translated_errors():
-        inserted = {row[0] for row in conn.execute(sql["task_insert"], params).fetchall()}
+        inserted = {row[0] for row in conn.execute(statement, params).fetchall()}
         keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
         orphans = []
         if keyed:

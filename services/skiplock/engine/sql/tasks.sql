@@ -23,6 +23,17 @@ FROM unnest(
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
+-- name: task_insert_one
+-- task_insert for one task, with plain parameters.
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
+VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, %(priority)s::smallint, %(payload)s::jsonb,
+        %(max_attempts)s::integer,
+        coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::float8, 0) * interval '1 second'),
+        %(idempotency_key)s::text, 1)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
 -- name: task_copy_in
 -- Bulk enqueue of plain tasks (store.copy_many); run_after and created_at take their now()
 -- defaults; the tasks_inserted trigger writes their events and wakes the workers.
