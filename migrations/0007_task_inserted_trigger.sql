@@ -6,7 +6,7 @@
 -- 'queued' event (seq 1, attempt 0), and sends one notification per queue with a task due now,
 -- delivered on commit. Bulk enqueue no longer sends the events as a second COPY: Postgres makes
 -- them from the rows it already holds (about 0.8 µs less per task on the development machine,
--- and one round trip less per call).
+-- and two round trips less per call: the events COPY and the NOTIFY).
 --
 -- Runs after the statement's rows are in place, so task_events' own outbox trigger (webhooks)
 -- finds the tasks its deliveries describe.
