@@ -8,6 +8,7 @@ tasks are committed before returning.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import uuid
 from collections.abc import Iterable
@@ -73,18 +74,21 @@ def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Ite
     """Enqueue many tasks of one kind in one set-based statement; returns their ids in order.
     Workers get one notification per queue, not one per task."""
     payloads = list(payloads)
-    keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
-    if len(keys) != len(payloads):
+    keys = list(idempotency_keys) if idempotency_keys is not None else None
+    if keys is not None and len(keys) != len(payloads):
         raise InvalidInput("idempotency_keys must have one entry per payload")
     if not payloads:
         return []
+    if keys is not None and all(k is None for k in keys):
+        keys = None
     first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
-                     idempotency_key=keys[0], max_attempts=max_attempts, max_payload_bytes=_max_payload())
-    if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None
-            and all(k is None for k in keys)):
+                     idempotency_key=keys[0] if keys else None, max_attempts=max_attempts,
+                     max_payload_bytes=_max_payload())
+    if len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None:
         # the common case, streamed: each payload is checked as it is written
         return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
-    specs = [first] + [first.with_payload(p, k) for p, k in zip(payloads[1:], keys[1:])]
+    rest = zip(payloads[1:], keys[1:] if keys else itertools.repeat(None))
+    specs = [first] + [first.with_payload(p, k) for p, k in rest]
     return _insert(conn_or_url, schema, lambda conn, schema: store_mod.insert_tasks(conn, specs, schema))
 
 

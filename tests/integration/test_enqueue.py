@@ -100,6 +100,12 @@ def test_delayed_task_does_not_notify(db_url, db):
     assert list(db.notifies(timeout=0.3)) == []
 
 
+def _circular():
+    payload = {"items": []}
+    payload["items"].append(payload)
+    return payload
+
+
 @pytest.mark.parametrize(
     "kwargs, error, fragment",
     [
@@ -107,6 +113,7 @@ def test_delayed_task_does_not_notify(db_url, db):
         (dict(queue=""), InvalidInput, "invalid queue name"),
         (dict(payload={"x": object()}), InvalidInput, "not JSON-serializable"),
         (dict(payload={"x": float("nan")}), InvalidInput, "not JSON-serializable"),
+        (dict(payload=_circular()), InvalidInput, "not JSON-serializable: it refers to itself"),
         (dict(payload={"blob": "x" * (1024 * 1024 + 1)}), PayloadTooLarge, "limit is 1048576"),
         (dict(payload={"x": "a\x00b"}), InvalidInput, "NUL character"),
         (dict(priority="high"), InvalidInput, "priority"),
@@ -232,3 +239,14 @@ def test_one_task_and_a_small_batch_store_the_same_fields(db_url, db):
     assert one[0] == ("t.noop", "q1", 3, {"x": 1}, 7, None, "queued", 1, 120)
     assert one[1][8] == at
     assert one[2] == ("t.noop", "q1", 3, {}, 7, "same", "queued", 1, 0)  # no payload: {}
+
+
+@pytest.mark.parametrize("n", [64, 96, 97, 1000, 1001])  # the COPY's pieces end after rows 32, 96, 224, 480, ...
+@pytest.mark.parametrize("keys", [None, "all None"])
+def test_bulk_ids_match_their_payloads_across_the_copys_pieces(db_url, db, n, keys):
+    payloads = [{"n": i} for i in range(n)]
+    ids = skiplock.enqueue_many(db_url, "t.noop", payloads, idempotency_keys=[None] * n if keys else None)
+    stored = dict(db.execute("SELECT id, (payload->>'n')::int FROM skiplock.tasks").fetchall())
+    assert len(ids) == len(set(ids)) == len(stored) == n
+    assert [stored[task_id] for task_id in ids] == list(range(n))
+    assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'queued'").fetchone()[0] == n

@@ -9,6 +9,7 @@ import functools
 import datetime as dt
 import inspect
 import os
+import struct
 import threading
 import time
 import uuid
@@ -49,7 +50,7 @@ class _UUID7:
 
     def many(self, n: int) -> list[uuid.UUID]:
         """n ids in one go (bulk enqueue): one clock read and one call for the random bits."""
-        entropy = os.urandom(8 * n)
+        entropy = struct.unpack(f">{n}Q", os.urandom(8 * n))
         ids = []
         with self._lock:
             ms = time.time_ns() // 1_000_000
@@ -60,9 +61,8 @@ class _UUID7:
             for i in range(n):
                 if counter > 0xFFF:
                     ms, counter = ms + 1, 0
-                rand = int.from_bytes(entropy[8 * i:8 * i + 8], "big") & ((1 << 62) - 1)
                 ids.append(uuid.UUID(int=(ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64
-                                     | 0b10 << 62 | rand))
+                                     | 0b10 << 62 | entropy[i] & ((1 << 62) - 1)))
                 counter += 1
             self._last_ms, self._counter = ms, counter - 1
         return ids

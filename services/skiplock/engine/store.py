@@ -113,6 +113,19 @@ class TaskSpec:
 
 # One encoder for every payload: json.dumps() with options builds a new encoder per call.
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# ... and JSONEncoder.encode() still builds its C encoder per call (about 0.8 µs of a payload's
+# 1.3 µs), so build that once, where the C accelerator exists. Without the circular-reference
+# markers, it holds no state between calls (safe to share between threads); a circular payload
+# ends in RecursionError instead of ValueError.
+_JSON_C = (json.encoder.c_make_encoder(None, _JSON.default, json.encoder.encode_basestring_ascii, None,
+                                       _JSON.key_separator, _JSON.item_separator, False, False, False)
+           if json.encoder.c_make_encoder is not None else None)
+
+
+def _dumps(value: Any) -> str:
+    if _JSON_C is None:
+        return _JSON.encode(value)
+    return "".join(_JSON_C(value, 0))
 
 
 def _check_key(key: str | None) -> None:
@@ -123,9 +136,11 @@ def _check_key(key: str | None) -> None:
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as compact JSON text, or InvalidInput/PayloadTooLarge saying why not."""
     try:
-        encoded = _JSON.encode({} if payload is None else payload)
+        encoded = _dumps({} if payload is None else payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
+    except RecursionError:
+        raise InvalidInput("payload is not JSON-serializable: it refers to itself, or nests too deep") from None
     if "\\u0000" in encoded:
         raise InvalidInput("payload contains a NUL character (\\u0000), which Postgres jsonb cannot store")
     size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
@@ -162,8 +177,7 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
     if len(specs) >= COPY_THRESHOLD and all(
             s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
         texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
-        _copy_in(conn, ("".join(map(_copy_line, texts[i:i + COPY_PIECE], specs[i:i + COPY_PIECE]))
-                        for i in range(0, len(specs), COPY_PIECE)), sql)
+        _copy_in(conn, ("".join(map(_copy_line, texts[i:j], specs[i:j])) for i, j in _pieces(len(specs))), sql)
         return ids
     if len(specs) == 1:  # the common single enqueue: plain parameters, no arrays to build and unnest
         s = specs[0]
@@ -213,8 +227,19 @@ def insert_tasks(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: st
 # Bulk enqueues of plain tasks (no idempotency key, no delay) this large go through COPY, which
 # moves rows about a third faster than INSERT ... SELECT FROM unnest(...).
 COPY_THRESHOLD = 64
-# Rows per piece of a COPY: Postgres stores one piece while the next is encoded.
-COPY_PIECE = 250
+# Rows per piece of a COPY: Postgres stores one piece while the next is encoded. The first
+# pieces are small, so that Postgres starts early; each is encoded (about 2 µs a row) while
+# Postgres stores the one before (about 5 µs a row), so doubling never leaves it waiting.
+COPY_FIRST_PIECE = 32
+COPY_PIECE = 256
+
+
+def _pieces(n: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each piece of a COPY of n rows: 32, 64, 128, then 256 at a time."""
+    start, size = 0, COPY_FIRST_PIECE
+    while start < n:
+        yield start, min(start + size, n)
+        start, size = start + size, min(2 * size, COPY_PIECE)
 
 _COPY_NULL = "\\N"
 
@@ -246,8 +271,8 @@ def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[A
     ids: list[uuid.UUID] = []
 
     def pieces() -> Iterator[str]:
-        for i in range(0, len(payloads), COPY_PIECE):
-            piece = payloads[i:i + COPY_PIECE]
+        for i, j in _pieces(len(payloads)):
+            piece = payloads[i:j]
             piece_ids = uuid7.many(len(piece))
             ids.extend(piece_ids)
             yield "".join([f"{task_id.hex}{middle}{_copy_text(encode_payload(p, limit))}{end}"
