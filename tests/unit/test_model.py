@@ -42,6 +42,9 @@ def test_fragments_are_included_and_not_exposed():
 def test_minify_drops_comments_and_whitespace_but_not_literals():
     sql = "SELECT  'a  -- b', x -- why\n  FROM   t\n-- gone\nWHERE y IN ( 'it''s  ok' , 'z' ) AND a = b AND c >= d"
     assert queries.minify(sql) == "SELECT 'a  -- b',x FROM t WHERE y IN ('it''s  ok','z') AND a=b AND c >=d"
+    assert queries.minify("payload->>'k' - 1 -- c\n") == "payload->>'k' - 1"  # a '-' is not a comment
+    assert queries.minify("a\t\t,\n(b)") == "a,(b)"
+    assert queries.minify("'unterminated  ") == "'unterminated"
 
 
 def test_every_statement_fits_the_driver_cache():

@@ -27,6 +27,11 @@ def parse(text: str) -> dict[str, str]:
     return statements
 
 
+# A string literal ('' escapes a quote inside it; an unterminated one runs to the end), a comment,
+# a run of whitespace, a run of anything else, or a lone '-' (the start of '->>', say).
+_TOKEN = re.compile(r"'(?:[^']|'')*'?|--[^\n]*|\s+|[^'\s-]+|-")
+
+
 def minify(sql: str) -> str:
     """Drop `--` comments and collapse whitespace outside string literals.
 
@@ -34,34 +39,18 @@ def minify(sql: str) -> str:
     statements under 4 KiB, and the worker's settle statement is over that with them.
     """
     out: list[str] = []
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch == "'":  # a literal, copied as is ('' is an escaped quote inside it)
-            end = i + 1
-            while end < n:
-                if sql[end] == "'":
-                    if end + 1 < n and sql[end + 1] == "'":
-                        end += 2
-                        continue
-                    break
-                end += 1
-            out.append(sql[i:end + 1])
-            i = end + 1
-        elif sql.startswith("--", i):
-            newline = sql.find("\n", i)
-            i = n if newline < 0 else newline
-        elif ch.isspace():
-            while i < n and sql[i].isspace():
-                i += 1
-            if out and out[-1] not in (" ", "(", ",", "="):
-                out.append(" ")
-        else:
-            if ch in ",)=" and out and out[-1] == " ":
-                out.pop()  # no space is needed around a comma, a parenthesis or an equals sign
-            out.append(ch)
-            i += 1
-    return "".join(out).strip()
+    space = False  # whitespace (or a comment) since the last token written
+    for token in _TOKEN.findall(sql):
+        first = token[0]
+        if first.isspace() or token.startswith("--"):
+            space = True
+            continue
+        # no space is needed around a comma, a parenthesis or an equals sign
+        if space and out and out[-1][-1] not in "(,=" and (first not in ",)=" or first == "'"):
+            out.append(" ")
+        out.append(token)
+        space = False
+    return "".join(out).strip()  # an unterminated literal may end in whitespace
 
 
 def qualify(sql: str, schema: str) -> str:
