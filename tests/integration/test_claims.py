@@ -144,3 +144,23 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
             assert conn.execute("SELECT current_setting('enable_seqscan')").fetchone()[0] == "on"
     finally:
         store.close()
+
+
+def test_new_worker_connections_run_their_statement_once_and_change_nothing(db_url, db):
+    """The claims and outcomes connections read their catalogs and plan their statement as they
+    open (a claim of 0 tasks; the outcome of a task that does not exist), not on the first claim."""
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(3)])
+    before = db.execute("SELECT last_value, is_called FROM skiplock.lease_tokens").fetchone()
+    store = Store(db_url, name="warm", worker_connections=True).open(wait=True)
+    try:
+        last = dict(db.execute("SELECT application_name, query FROM pg_stat_activity "
+                               "WHERE application_name LIKE 'skiplock-warm-%'").fetchall())
+        assert "FOR UPDATE SKIP LOCKED" in last["skiplock-warm-claims"]
+        assert "jsonb_to_recordset" in last["skiplock-warm-outcomes"]
+        assert db.execute("SELECT last_value, is_called FROM skiplock.lease_tokens").fetchone() == before
+        assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'queued' AND id = ANY(%s)",
+                          (ids,)).fetchone()[0] == 3
+        assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 3
+        assert len(store.claim(["default"], 10, "w", 30)) == 3
+    finally:
+        store.close()
