@@ -164,3 +164,18 @@ def test_new_worker_connections_run_their_statement_once_and_change_nothing(db_u
         assert len(store.claim(["default"], 10, "w", 30)) == 3
     finally:
         store.close()
+
+
+def test_claimed_payloads_come_back_as_they_were_enqueued(db_url, db):
+    """The claims connection loads payloads with a loader of its own (json's C scanner)."""
+    payloads = [{"text": "tab\there", "nl": "line\nbreak", "bs": "C:\\path\\n", "q": "it's \"quoted\"",
+                 "uni": "żółć 漢字 🚀", "n": 10**20, "f": -1.5e-300, "nested": [None, True, {"\\N": []}]},
+                [], {}, "a string", 0, 2.5, True, None, [1, [2, [3, {"k": "v"}]]], "ünïcödé"]
+    ids = [skiplock.enqueue(db_url, "t.noop", p) for p in payloads]
+    store = Store(db_url, worker_connections=True).open(wait=True)
+    try:
+        claimed = {t.id: t.payload for t in store.claim(["default"], 100, "w", 30)}
+    finally:
+        store.close()
+    expected = [{} if p is None else p for p in payloads]  # no payload is stored as {}
+    assert [claimed[i] for i in ids] == expected

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import psycopg
+import psycopg.adapt
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -338,6 +339,24 @@ def _use_generic_plans(conn: psycopg.Connection) -> None:
                  "SET enable_mergejoin = off; SET enable_seqscan = off")
 
 
+class _JsonbLoader(psycopg.adapt.Loader):
+    """jsonb text to Python, straight through json's C scanner: json.loads() spends about 1.4 of
+    its 1.7 µs on a small payload checking its argument and detecting the bytes' encoding. Used
+    on the claims connection, which loads one payload per claimed task."""
+
+    _scan = json.decoder.JSONDecoder().scan_once  # the C scanner, where there is one
+
+    def load(self, data: Any) -> Any:
+        text = str(data, "utf-8")
+        try:
+            value, end = self._scan(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):  # not one whole JSON value (never from Postgres): json says why
+            return json.loads(text)
+        return value
+
+
 def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
@@ -372,6 +391,8 @@ class Store:
         the claim, 4-5 ms for the settle here. Done in the pool's thread while the worker starts
         (and after a reconnect, before the connection is lent), it is off the first claim's path."""
         _use_generic_plans(conn)
+        if use == "claims":
+            conn.adapters.register_loader("jsonb", _JsonbLoader)
         try:
             if use == "claims":
                 conn.execute(self.sql["task_claim"], dict(queues=["default"], limit=0, owner="", lease_seconds=1.0))
