@@ -11,6 +11,7 @@ import datetime as dt
 import itertools
 import os
 import uuid
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,7 +19,7 @@ import psycopg
 
 from .engine import migrate as migrations
 from .engine import store as store_mod
-from .engine.errors import ConfigError, InvalidInput
+from .engine.errors import ConfigError, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader
 from .engine.store import TaskSpec
 
@@ -39,14 +40,48 @@ def _max_payload() -> int:
     return limit
 
 
+# Enqueue relies on migration 0007: since it, the database writes a task's 'queued' event and
+# wakes the workers (the tasks_inserted trigger). Into a schema without it, a task would be stored
+# with neither, so enqueue refuses instead. Checked once per database and schema in a process
+# (migrations only go forward), in pg_catalog, which every role may read.
+_REQUIRED = ("0007", "tasks_inserted")
+_schema_ok: set[tuple] = set()
+_schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> schemas (quicker)
+
+
+def _require_schema(conn: psycopg.Connection, schema: str) -> None:
+    if schema in _schema_ok_on.get(conn, ()):
+        return
+    info = conn.info
+    key = (info.host, info.port, info.dbname, schema)
+    if key in _schema_ok:
+        _schema_ok_on.setdefault(conn, set()).add(schema)
+        return
+    tasks, trigger = conn.execute(
+        "SELECT to_regclass(%(tasks)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_trigger "
+        "WHERE tgrelid = to_regclass(%(tasks)s) AND tgname = %(trigger)s)",
+        {"tasks": f"{schema}.tasks", "trigger": _REQUIRED[1]}).fetchone()
+    if not tasks:
+        raise MigrationError(f"the skiplock schema is missing (no table {schema}.tasks): run `skiplock migrate`")
+    if not trigger:
+        raise MigrationError(f"database schema {schema!r} lacks migration {_REQUIRED[0]}, which this version of "
+                             "skiplock enqueues into: run `skiplock migrate`, then upgrade the enqueuers")
+    _schema_ok.add(key)
+    _schema_ok_on.setdefault(conn, set()).add(schema)
+
+
 def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
     """write(conn, schema) on the caller's connection, or on a short one of our own, committed."""
     schema = _schema(schema)
     if isinstance(conn_or_url, psycopg.Connection):
+        with store_mod.translated_errors():
+            _require_schema(conn_or_url, schema)
         return write(conn_or_url, schema)
     if not isinstance(conn_or_url, str):
         raise InvalidInput("enqueue needs a psycopg Connection or a postgresql:// URL")
     with store_mod.connect(conn_or_url, autocommit=False) as conn:
+        with store_mod.translated_errors():
+            _require_schema(conn, schema)
         ids = write(conn, schema)
         conn.commit()
     return ids

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import skiplock
-from skiplock.engine.errors import InvalidInput, PayloadTooLarge
+from skiplock.engine.errors import InvalidInput, MigrationError, PayloadTooLarge
 
 
 def test_ten_concurrent_enqueues_with_one_key_make_one_task(db_url, db):
@@ -250,3 +250,26 @@ def test_bulk_ids_match_their_payloads_across_the_copys_pieces(db_url, db, n, ke
     assert len(ids) == len(set(ids)) == len(stored) == n
     assert [stored[task_id] for task_id in ids] == list(range(n))
     assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'queued'").fetchone()[0] == n
+
+
+@pytest.mark.parametrize("via", ["url", "connection in a transaction"])
+def test_enqueue_refuses_a_schema_without_migration_0007_and_writes_nothing(db_url, db, via):
+    """Since 0007 the database writes a task's 'queued' event and the wake-up; into an older
+    schema a task would be stored without either, so enqueue says to migrate instead."""
+    db.execute("DROP TRIGGER tasks_inserted ON skiplock.tasks")  # the schema as it was before 0007
+    db.execute("LISTEN skiplock_skiplock")
+    for enqueue in (lambda target: skiplock.enqueue(target, "t.noop", {}),
+                    lambda target: skiplock.enqueue_many(target, "t.noop", [{"i": i} for i in range(100)])):
+        with pytest.raises(MigrationError, match=r"lacks migration 0007.*run `skiplock migrate`"):
+            if via == "url":
+                enqueue(db_url)
+            else:
+                with psycopg.connect(db_url) as conn:
+                    before = conn.execute("SELECT 1").fetchone()  # the caller's transaction is open
+                    try:
+                        enqueue(conn)
+                    finally:
+                        # our check only read the catalog: the caller's transaction is still usable
+                        assert conn.execute("SELECT 2").fetchone() == (2,) and before == (1,)
+    assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
+    assert list(db.notifies(timeout=0.2)) == []
