@@ -55,3 +55,15 @@ def test_uuid7_many_continues_the_order():
     ids = [uuid7()] + uuid7.many(5000) + [uuid7()] + uuid7.many(3)
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(u.version == 7 for u in ids)
+
+
+def test_statements_are_prepared_on_first_use_and_fragments_stay_hidden():
+    statements = queries.Statements(queries.split(
+        "-- name: _ctes\na AS (SELECT 1 FROM skiplock.t)  -- why\n-- name: one\nWITH {{_ctes}}\nSELECT * FROM a;\n"
+        "-- name: two\nSELECT   2;\n"), "tenant_b")
+    assert list(statements) == ["one", "two"] and len(statements) == 2
+    assert statements["one"] == "WITH a AS (SELECT 1 FROM tenant_b.t) SELECT * FROM a"
+    assert statements["two"] == "SELECT 2"
+    for hidden in ("_ctes", "three"):
+        with pytest.raises(KeyError):
+            statements[hidden]

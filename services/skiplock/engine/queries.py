@@ -10,21 +10,32 @@ from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 _NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.M)
 _SCHEMA_REF = re.compile(r"\bskiplock\.")
 _INCLUDE = re.compile(r"\{\{(_\w+)\}\}")
 
 
-def parse(text: str) -> dict[str, str]:
+def split(text: str) -> dict[str, str]:
+    """The named statements of a file, as written."""
     parts = _NAME_LINE.split(text)
     statements = {}
     for name, body in zip(parts[1::2], parts[2::2]):
         if name in statements:
             raise ValueError(f"duplicate statement name {name!r}")
-        statements[name] = minify(body).rstrip(";").rstrip()
+        statements[name] = body
     return statements
+
+
+def _tidy(body: str) -> str:
+    return minify(body).rstrip(";").rstrip()
+
+
+def parse(text: str) -> dict[str, str]:
+    """The named statements of a file, minified."""
+    return {name: _tidy(body) for name, body in split(text).items()}
 
 
 # A string literal ('' escapes a quote inside it; an unterminated one runs to the end), a comment,
@@ -69,13 +80,43 @@ def expand(statements: dict[str, str]) -> dict[str, str]:
     return {name: _INCLUDE.sub(include, sql) for name, sql in statements.items() if not name.startswith("_")}
 
 
+class Statements(Mapping[str, str]):
+    """The statements of one schema. Each is minified, pointed at the schema and given its
+    fragments when first used: a process uses a few of them (an enqueuer one or two), and
+    preparing all of them up front took about 3 ms of every process's start."""
+
+    def __init__(self, raw: dict[str, str], schema: str):
+        self._raw, self._schema = raw, schema
+        self._ready: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        sql = self._ready.get(name)
+        if sql is None:
+            if name.startswith("_") or name not in self._raw:
+                raise KeyError(name)
+            sql = self._ready[name] = expand({name: self._piece(name), **self._fragments(name)})[name]
+        return sql
+
+    def _piece(self, name: str) -> str:
+        return qualify(_tidy(self._raw[name]), self._schema)
+
+    def _fragments(self, name: str) -> dict[str, str]:
+        used = set(_INCLUDE.findall(self._raw[name]))
+        return {f: self._piece(f) for f in used if f in self._raw}
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._raw if not name.startswith("_"))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @functools.lru_cache(maxsize=None)
-def load(schema: str = "skiplock") -> dict[str, str]:
-    statements: dict[str, str] = {}
-    for entry in sorted(resources.files("skiplock.engine").joinpath("sql").iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".sql"):
-            for name, sql in parse(entry.read_text(encoding="utf-8")).items():
-                if name in statements:
-                    raise ValueError(f"statement {name!r} defined twice")
-                statements[name] = qualify(sql, schema)
-    return expand(statements)
+def load(schema: str = "skiplock") -> Statements:
+    raw: dict[str, str] = {}
+    for path in sorted((Path(__file__).parent / "sql").glob("*.sql")):
+        for name, body in split(path.read_text(encoding="utf-8")).items():
+            if name in raw:
+                raise ValueError(f"statement {name!r} defined twice")
+            raw[name] = body
+    return Statements(raw, schema)
