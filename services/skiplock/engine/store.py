@@ -393,12 +393,12 @@ class Store:
         _use_generic_plans(conn)
         if use == "claims":
             conn.adapters.register_loader("jsonb", _JsonbLoader)
+            statement, params = "task_claim", dict(queues=["default"], limit=0, owner="", lease_seconds=1.0)
+        else:
+            statement = "task_settle"
+            params = {"settlements": Jsonb([{"id": uuid7().hex, "token": 0, "outcome": "completed"}])}
         try:
-            if use == "claims":
-                conn.execute(self.sql["task_claim"], dict(queues=["default"], limit=0, owner="", lease_seconds=1.0))
-            else:
-                conn.execute(self.sql["task_settle"],
-                             {"settlements": Jsonb([{"id": uuid7().hex, "token": 0, "outcome": "completed"}])})
+            conn.execute(self.sql[statement], params)
         except psycopg.DatabaseError as exc:  # not fatal: the real statement will say what is wrong
             log.debug("warming up the %s connection failed", use, extra={"error": str(exc)})
 
