@@ -28,15 +28,17 @@ def test_schema_substitution():
 
 def test_duplicate_names_are_refused():
     with pytest.raises(ValueError, match="duplicate"):
-        queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+        queries.split("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
 
 
 def test_fragments_are_included_and_not_exposed():
-    statements = queries.expand(queries.parse(
-        "-- name: _ctes\na AS (SELECT 1)\n-- name: one\nWITH {{_ctes}} SELECT * FROM a;\n"))
+    statements = queries.Statements(queries.split(
+        "-- name: _ctes\na AS (SELECT 1)\n-- name: one\nWITH {{_ctes}} SELECT * FROM a;\n"), "skiplock")
     assert statements == {"one": "WITH a AS (SELECT 1) SELECT * FROM a"}
     with pytest.raises(ValueError, match="unknown SQL fragment"):
         queries.expand({"x": "{{_missing}}"})
+    with pytest.raises(ValueError, match="unknown SQL fragment"):
+        queries.Statements({"x": "SELECT {{_missing}}"}, "skiplock")["x"]
 
 
 def test_minify_drops_comments_and_whitespace_but_not_literals():

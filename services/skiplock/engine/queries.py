@@ -33,11 +33,6 @@ def _tidy(body: str) -> str:
     return minify(body).rstrip(";").rstrip()
 
 
-def parse(text: str) -> dict[str, str]:
-    """The named statements of a file, minified."""
-    return {name: _tidy(body) for name, body in split(text).items()}
-
-
 # A string literal ('' escapes a quote inside it; an unterminated one runs to the end), a comment,
 # a run of whitespace, a run of anything else, or a lone '-' (the start of '->>', say).
 _TOKEN = re.compile(r"'(?:[^']|'')*'?|--[^\n]*|\s+|[^'\s-]+|-")
