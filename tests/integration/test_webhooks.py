@@ -110,8 +110,10 @@ def delivery_rows(db, endpoint_id=None):
         {"e": endpoint_id}).fetchall()
 
 
-def trigger_state(db) -> str:
-    return scalar(db, "SELECT tgenabled FROM pg_trigger WHERE tgname = 'task_events_outbox'")
+def trigger_state(db) -> str | None:
+    """'O' while the outbox trigger fires, None while it does not exist."""
+    row = db.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'task_events_outbox'").fetchone()
+    return None if row is None else row[0]
 
 
 def event_id(task_id, seq) -> str:
@@ -168,15 +170,15 @@ def test_bulk_enqueue_by_copy_fans_out_too(store, db_url, db, receiver):
                   (endpoint.id,)) == 100
 
 
-def test_no_enabled_endpoint_means_the_trigger_is_off_and_no_rows(store, db_url, db, receiver):
-    assert trigger_state(db) == "D"
+def test_no_enabled_endpoint_means_no_trigger_and_no_rows(store, db_url, db, receiver):
+    assert trigger_state(db) is None
     complete(store, db_url)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 0
 
     endpoint, _ = add_endpoint(store, receiver, "/x")
     assert trigger_state(db) == "O"
     store.set_webhook_enabled(endpoint.id, False, reason="paused by test")
-    assert trigger_state(db) == "D"
+    assert trigger_state(db) is None
     complete(store, db_url)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 0
     (listed,) = store.list_webhooks()
@@ -189,7 +191,7 @@ def test_no_enabled_endpoint_means_the_trigger_is_off_and_no_rows(store, db_url,
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 3  # queued, running, completed
 
     store.remove_webhook(endpoint.id)
-    assert trigger_state(db) == "D"
+    assert trigger_state(db) is None
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 0  # removed with the endpoint
 
 
@@ -620,7 +622,7 @@ def test_delivery_ids_are_time_ordered_uuid7(store, db_url, db, receiver):
 
 def test_endpoint_changes_switch_the_outbox_trigger_only_when_needed(store, db):
     def trigger_enabled():
-        return db.execute("SELECT tgenabled <> 'D' FROM pg_trigger WHERE tgname = 'task_events_outbox'").fetchone()[0]
+        return trigger_state(db) == "O"
 
     assert not trigger_enabled()
     a = store.add_webhook("http://127.0.0.1:1/a", ["task.*"], generate_secret())
@@ -634,3 +636,32 @@ def test_endpoint_changes_switch_the_outbox_trigger_only_when_needed(store, db):
         blocker.rollback()
     store.remove_webhook(b.id)
     assert not trigger_enabled()  # no enabled endpoint left: fan-out costs nothing
+
+
+_OLD_DISABLED_TRIGGER = (
+    "CREATE TRIGGER task_events_outbox AFTER INSERT ON skiplock.task_events "
+    "REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION skiplock.outbox_fan_out()")
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_migration_0008_drops_only_a_disabled_outbox_trigger(db_url, db, enabled):
+    """Before 0008 the trigger was kept disabled while no endpoint was enabled; Postgres still
+    copied every event row into its transition table. 0008 drops it then, and keeps an enabled one."""
+    from skiplock.engine import migrate
+
+    db.execute(_OLD_DISABLED_TRIGGER)
+    if not enabled:
+        db.execute("ALTER TABLE skiplock.task_events DISABLE TRIGGER task_events_outbox")
+    db.execute("DELETE FROM skiplock.schema_migrations WHERE version = '0008'")
+    assert [m.name for m in migrate.apply(db_url)] == ["outbox_trigger_on_demand"]
+    assert trigger_state(db) == ("O" if enabled else None)
+
+
+def test_a_trigger_disabled_by_hand_is_replaced_when_an_endpoint_is_enabled(store, db_url, db, receiver):
+    db.execute(_OLD_DISABLED_TRIGGER)
+    db.execute("ALTER TABLE skiplock.task_events DISABLE TRIGGER task_events_outbox")
+    endpoint, _ = add_endpoint(store, receiver, "/x", events=["task.queued"])
+    assert trigger_state(db) == "O"
+    assert scalar(db, "SELECT count(*) FROM pg_trigger WHERE tgname = 'task_events_outbox'") == 1
+    skiplock.enqueue(db_url, "t.noop", {})
+    assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries WHERE endpoint_id = %s", (endpoint.id,)) == 1

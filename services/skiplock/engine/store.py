@@ -756,14 +756,16 @@ class Store:
 
     # -- webhooks and the outbox
     def _sync_outbox_trigger(self, conn: psycopg.Connection) -> None:
-        """Fan-out costs nothing while no endpoint is enabled: the trigger is switched off.
+        """Fan-out costs nothing while no endpoint is enabled: the trigger does not exist then.
         Called under webhook_endpoints_lock, after the change, in the same transaction."""
         wanted = conn.execute(self.sql["webhook_endpoints_any_enabled"]).fetchone()[0]
         if conn.execute(self.sql["outbox_trigger_enabled"]).fetchone()[0] == wanted:
             return  # most changes switch nothing: take no lock on task_events
         conn.execute(self.sql["outbox_trigger_lock_timeout"])
         try:
-            conn.execute(self.sql["outbox_trigger_enable" if wanted else "outbox_trigger_disable"])
+            conn.execute(self.sql["outbox_trigger_drop"])  # one disabled by hand, too
+            if wanted:
+                conn.execute(self.sql["outbox_trigger_create"])
         except psycopg.errors.LockNotAvailable as exc:
             raise DatabaseUnavailable("could not switch the webhook outbox trigger: task_events is locked by a "
                                       "long transaction; try again") from exc

@@ -10,19 +10,25 @@ LOCK TABLE skiplock.webhook_endpoints IN SHARE ROW EXCLUSIVE MODE;
 SELECT EXISTS (SELECT 1 FROM skiplock.webhook_endpoints WHERE enabled);
 
 -- name: outbox_trigger_enabled
-SELECT tgenabled <> 'D' FROM pg_trigger
-WHERE tgrelid = 'skiplock.task_events'::regclass AND tgname = 'task_events_outbox';
+SELECT EXISTS (SELECT FROM pg_trigger
+               WHERE tgrelid = 'skiplock.task_events'::regclass AND tgname = 'task_events_outbox'
+                 AND tgenabled <> 'D');
 
 -- name: outbox_trigger_lock_timeout
 -- Switching the trigger locks task_events against writers: never queue behind a long
 -- transaction (and make every transition queue behind us) for more than this.
 SET LOCAL lock_timeout = '5s';
 
--- name: outbox_trigger_enable
-ALTER TABLE skiplock.task_events ENABLE TRIGGER task_events_outbox;
+-- name: outbox_trigger_drop
+-- Not DISABLE TRIGGER: Postgres fills a disabled trigger's transition table all the same, a copy
+-- of every event row written (migration 0008).
+DROP TRIGGER IF EXISTS task_events_outbox ON skiplock.task_events;
 
--- name: outbox_trigger_disable
-ALTER TABLE skiplock.task_events DISABLE TRIGGER task_events_outbox;
+-- name: outbox_trigger_create
+CREATE TRIGGER task_events_outbox
+    AFTER INSERT ON skiplock.task_events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION skiplock.outbox_fan_out();
 
 -- name: webhook_endpoint_insert
 INSERT INTO skiplock.webhook_endpoints (id, url, secret, event_types, description)
