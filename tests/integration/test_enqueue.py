@@ -145,6 +145,26 @@ def test_bulk_enqueue_joins_the_callers_transaction(db_url, db):
     assert rows == (500, 2, 1, True)
 
 
+@pytest.mark.parametrize("n", [1, 10, 500])  # one statement, arrays, COPY
+def test_created_at_is_when_each_row_was_written_and_run_after_the_transactions_start(db_url, n):
+    """Migration 0009: created_at and updated_at default to clock_timestamp(), which also makes
+    COPY insert row by row (faster here than its buffered multi-insert); run_after stays now()."""
+    with psycopg.connect(db_url) as conn:
+        started = conn.execute("SELECT now()").fetchone()[0]
+        conn.execute("SELECT pg_sleep(0.2)")
+        ids = skiplock.enqueue_many(conn, "t.noop", [{"i": i} for i in range(n)])
+        rows = conn.execute(
+            "SELECT t.created_at, t.updated_at, t.run_after, e.at FROM skiplock.tasks t "
+            "JOIN skiplock.task_events e ON e.task_id = t.id AND e.seq = 1 "
+            "WHERE t.id = ANY(%s) ORDER BY t.id", (ids,)).fetchall()
+        conn.commit()
+    assert len(rows) == n
+    assert all(created - started >= dt.timedelta(seconds=0.2) for created, _, _, _ in rows)
+    assert all(updated >= created for created, updated, _, _ in rows)
+    assert {(run_after, at) for _, _, run_after, at in rows} == {(started, started)}
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)  # written in the order of their ids
+
+
 @pytest.mark.parametrize("bad_at", [0, 200, 999])  # in the COPY's first piece, or after pieces went out
 @pytest.mark.parametrize("via", ["url", "autocommit connection"])  # a transaction of ours, or the COPY alone
 def test_bulk_enqueue_refuses_one_bad_payload_and_writes_nothing(db_url, db, bad_at, via):

@@ -35,8 +35,10 @@ ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: task_copy_in
--- Bulk enqueue of plain tasks (store.copy_many); run_after and created_at take their now()
--- defaults; the tasks_inserted trigger writes their events and wakes the workers.
+-- Bulk enqueue of plain tasks (store.copy_many); run_after takes its now() default, created_at
+-- and updated_at their clock_timestamp() one, which makes Postgres insert row by row, the faster
+-- way for this table (migration 0009); the tasks_inserted trigger writes their events and wakes
+-- the workers.
 COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq) FROM STDIN;
 
 -- name: task_ids_by_idempotency_key
