@@ -7,6 +7,11 @@
 -- and drops it when the last one is disabled or removed, under the same locks as before.
 --
 -- A disabled trigger is dropped here; an enabled one (endpoints in use) stays as it is.
+--
+-- During a rolling upgrade, a process from before this migration cannot add or enable an
+-- endpoint while none is enabled (it expects to find the trigger: its change is rolled back,
+-- the API answers 500), and one that disables the last endpoint leaves the trigger disabled,
+-- not dropped, until the next change made by this version. Nothing else is affected.
 
 DO $$
 BEGIN
