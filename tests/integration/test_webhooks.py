@@ -665,3 +665,22 @@ def test_a_trigger_disabled_by_hand_is_replaced_when_an_endpoint_is_enabled(stor
     assert scalar(db, "SELECT count(*) FROM pg_trigger WHERE tgname = 'task_events_outbox'") == 1
     skiplock.enqueue(db_url, "t.noop", {})
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries WHERE endpoint_id = %s", (endpoint.id,)) == 1
+
+
+def test_switching_the_trigger_off_behind_a_long_reader_gives_up_and_changes_nothing(store, db_url, db, receiver):
+    """Dropping the trigger locks out readers of task_events too: behind a transaction that
+    read them, the change waits at most its lock timeout (5 s), then is refused and rolled back."""
+    from skiplock.engine.errors import DatabaseUnavailable
+
+    endpoint, _ = add_endpoint(store, receiver, "/x")
+    with psycopg.connect(db_url) as reader:
+        reader.execute("SELECT count(*) FROM skiplock.task_events")  # holds its lock until rollback
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match="long transaction; try again"):
+            store.remove_webhook(endpoint.id)
+        assert 4.5 < time.monotonic() - started < 15
+        reader.rollback()
+    assert [w.id for w in store.list_webhooks()] == [endpoint.id]
+    assert trigger_state(db) == "O"
+    store.remove_webhook(endpoint.id)
+    assert trigger_state(db) is None and store.list_webhooks() == []
