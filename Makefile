@@ -1,23 +1,33 @@
 # The two commands of the README: `make dev` and `make test`. Both work on a fresh machine.
+# Each installs what it needs into .venv: `dev` the package and the embedded Postgres, `test`
+# also the test extras (Helm, Kubernetes' schemas, hypothesis, ...), which `dev` never needs.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+DEV_STAMP  := $(VENV)/.installed-dev
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: dev test bench tools clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(DEV_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# the test extras include dev's, so a venv made by `make test` serves `make dev` as it is
+$(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,test]'
-	touch $(STAMP)
+	touch $@ $(DEV_STAMP)
 
 ## dev: embedded Postgres (unless SKIPLOCK_DATABASE_URL is set), migrations, worker, demo workload
-dev: $(STAMP)
+dev: $(DEV_STAMP)
 	$(VENV)/bin/skiplock dev
 
 ## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py)
-test: $(STAMP) tools
+test: $(TEST_STAMP) tools
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
 
@@ -26,7 +36,7 @@ tools:
 	@scripts/install-test-tools
 
 ## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop (report only)
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
 	$(PY) -m tests.benchmarks.run
 
