@@ -1,11 +1,13 @@
 """Runs a rendered pod's containers as local processes: the container's command, args and env,
 its mounted Secrets and ConfigMaps written to temporary directories (mount paths translated), the
-database URL replaced by the test database's, and every container port moved to a free local port.
-Only 127.0.0.1 is ever contacted."""
+database URL replaced by the test database's, the downward API's pod name and namespace filled in,
+a mounted service account token replaced by a kubeconfig naming a local address, and every container
+port moved to a free local port. Only 127.0.0.1 is ever contacted."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import signal
@@ -17,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.chart.rendering import NAMESPACE
 from tests.support.harness import free_port, wait_for
 
 VENV_BIN = Path(sys.executable).parent
@@ -102,8 +105,10 @@ def _configmap_data(objs: list[dict], name: str) -> dict[str, str]:
 
 def localize(objs: list[dict], owner: dict, container: dict, workdir: Path, *, db_url: str,
              database_secret: str, provided_secrets: dict[str, dict[str, str]] | None = None,
-             termination_grace: int | None = None) -> LocalContainer:
-    """The container of `owner` (a Deployment, Job or Pod) as a local process, not started."""
+             termination_grace: int | None = None, kube_api_server: str | None = None) -> LocalContainer:
+    """The container of `owner` (a Deployment, Job or Pod) as a local process, not started.
+    A pod that mounts its service account token reaches the Kubernetes API at `kube_api_server`
+    through a kubeconfig (default: a free local port nothing serves, so every call fails fast)."""
     provided = dict(provided_secrets or {})
     spec = owner["spec"] if owner["kind"] == "Pod" else owner["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -156,9 +161,25 @@ def localize(objs: list[dict], owner: dict, container: dict, workdir: Path, *, d
 
     env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
            "TMPDIR": mounts.get("/tmp", str(root)), "LANG": "C.UTF-8"}
+    # the downward API as the kubelet fills it in for a pod of this owner
+    downward = {"metadata.name": f"{owner['metadata']['name']}-local",
+                "metadata.namespace": owner["metadata"].get("namespace", NAMESPACE)}
     for e in container.get("env", []):
-        assert "valueFrom" not in e, f"{container['name']}: {e['name']} comes from valueFrom"
-        env[e["name"]] = move_ports(translate(e["value"]))
+        if "valueFrom" in e:
+            path = e["valueFrom"].get("fieldRef", {}).get("fieldPath")
+            assert path in downward, f"{container['name']}: {e['name']} comes from {e['valueFrom']}"
+            env[e["name"]] = downward[path]
+        else:
+            env[e["name"]] = move_ports(translate(e["value"]))
+    if spec.get("automountServiceAccountToken") is not False:
+        server = kube_api_server or f"http://127.0.0.1:{free_port()}"
+        kubeconfig = root / "kubeconfig"
+        kubeconfig.write_text(json.dumps({  # JSON is YAML
+            "apiVersion": "v1", "kind": "Config", "current-context": "pod",
+            "clusters": [{"name": "local", "cluster": {"server": server}}],
+            "users": [{"name": "pod", "user": {"token": "service-account-token"}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "local", "user": "pod"}}]}))
+        env["KUBECONFIG"] = str(kubeconfig)
     argv = [move_ports(translate(a)) for a in container.get("command", []) + container.get("args", [])]
     assert argv, f"{container['name']}: no command"
 

@@ -23,7 +23,8 @@ def promtool() -> str:
 
 
 def rendered_rules() -> dict:
-    objs = r.objects(r.render({"database": {"existingSecret": "db"}, "api": {"auth": {"existingSecret": "t"}},
+    objs = r.objects(r.render({"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
+                               "api": {"auth": {"existingSecret": "t"}},
                                "metrics": {"prometheusRule": {"enabled": True}}}))
     (rule,) = r.kind(objs, "PrometheusRule")
     return {"groups": rule["spec"]["groups"]}

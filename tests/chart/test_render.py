@@ -4,7 +4,11 @@ invariants in every ci/*-values.yaml scenario; bad values are refused."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
+import shutil
+import subprocess
+import tomllib
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,7 +19,7 @@ from tests.chart import rendering as r
 pytestmark = pytest.mark.timeout(120)
 
 SCENARIOS = r.SCENARIOS
-EXPECTED_SCENARIOS = {"minimal", "ha-hpa", "keda", "everything"}
+EXPECTED_SCENARIOS = {"default", "minimal", "production", "ha-hpa", "keda", "everything"}
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject", "TriggerAuthentication"}
 
 
@@ -160,8 +164,10 @@ def test_every_pod_meets_the_restricted_pod_security_standard(scenario):
     assert len(pods) >= 4
     violations = [v for name, spec in pods for v in _pss_restricted_violations(name, spec)]
     assert violations == []
-    for name, spec in pods:
-        assert spec.get("automountServiceAccountToken") is False, f"{name} mounts a token it never uses"
+    # only a worker that sets its pod deletion cost talks to the Kubernetes API
+    deletion_cost = r.scenario_values(scenario).get("worker", {}).get("podDeletionCost", {}).get("enabled", False)
+    mounting = [name for name, spec in pods if spec.get("automountServiceAccountToken") is not False]
+    assert mounting == (["Deployment/skiplock-worker"] if deletion_cost else []), mounting
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -236,7 +242,7 @@ def test_no_secret_has_an_empty_or_default_password(scenario):
                 parts = urlsplit(value)
                 assert parts.scheme in ("postgresql", "postgres") and parts.password
                 assert parts.password not in DEFAULT_PASSWORDS
-    if values.get("postgresql", {}).get("enabled"):
+    if values.get("postgresql", {}).get("enabled", True):  # on by default
         # the URL the roles read and the password Postgres starts with are the same
         pw = base64.b64decode(r.by_name(objs, "Secret", "skiplock-postgresql")["data"]["password"]).decode()
         url = base64.b64decode(r.by_name(objs, "Secret", "skiplock-database")["data"]["url"]).decode()
@@ -252,7 +258,7 @@ def test_two_installs_generate_different_dev_passwords():
 
 
 def test_config_changes_roll_the_pods():
-    base = {"database": {"url": "postgresql://u:Zx9-unique-pass@db/skiplock"},
+    base = {"postgresql": {"enabled": False}, "database": {"url": "postgresql://u:Zx9-unique-pass@db/skiplock"},
             "api": {"auth": {"tokens": ["ops:admin:" + "a" * 64]}},
             "scheduler": {"schedules": [{"name": "s1", "kind": "demo.hello", "interval_seconds": 60}]}}
     changed = yaml.safe_load(yaml.safe_dump(base))
@@ -332,7 +338,8 @@ def test_schema_types_every_leaf_and_closes_every_object():
 
 # ---- bad values are refused ---------------------------------------------------------------------
 
-GOOD = {"database": {"existingSecret": "db"}, "api": {"auth": {"existingSecret": "tokens"}}}
+GOOD = {"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
+        "api": {"auth": {"existingSecret": "tokens"}}}
 
 
 def _merge(base, extra):
@@ -362,6 +369,8 @@ def test_good_values_render():
     ({"metrics": {"serviceMonitor": {"interval": 30}}}, "interval"),
     ({"scheduler": {"schedules": [{"name": "x", "kind": "k"}]}}, "schedules"),
     ({"database": {"url": "mysql://x"}}, "url"),
+    ({"worker": {"podDeletionCost": {"enable": True}}}, "enable"),
+    ({"networkPolicy": {"kubeApiEgress": [{"cidr": "10.0.0.1/32"}]}}, "port"),
 ])
 def test_schema_refuses_bad_values(bad, message):
     import helm_python as helm
@@ -379,7 +388,13 @@ def test_schema_refuses_bad_values(bad, message):
     ({"dispatcher": {"webhook": {"timeoutSeconds": 30}}}, "dispatcher.webhook.leaseSeconds (30) must be > dispatcher.webhook.timeoutSeconds"),
     ({"dispatcher": {"shutdownGraceSeconds": 29, "webhook": {"leaseSeconds": 20}}}, "must be > dispatcher.shutdownGraceSeconds"),
     ({"database": {"existingSecret": ""}}, "database: set database.existingSecret"),
-    ({"api": {"auth": {"existingSecret": ""}}}, "api.auth: set"),
+    ({"postgresql": {"enabled": True}}, "set postgresql.enabled=false"),
+    ({"database": {"existingSecret": "", "url": "postgresql://u:Zx9-pass@db/s"}, "postgresql": {"enabled": True}},
+     "set postgresql.enabled=false"),
+    ({"worker": {"podDeletionCost": {"enabled": True}}, "networkPolicy": {"enabled": True}},
+     "set networkPolicy.kubeApiEgress"),
+    ({"worker": {"podDeletionCost": {"enabled": True}}, "serviceAccount": {"create": False}},
+     "namespace's default ServiceAccount"),
     ({"worker": {"autoscaling": {"enabled": True}, "keda": {"enabled": True}}}, "choose one"),
 ])
 def test_relations_between_values_are_refused(bad, message):
@@ -415,3 +430,200 @@ def test_keda_postgresql_query_counts_claimable_and_running_tasks(db_url, db):
     assert count() == 3  # running tasks still need their pod
     db.execute("INSERT INTO skiplock.pauses (scope, name) VALUES ('queue', 'default')")
     assert count() == 1  # the paused queue's tasks are not claimable
+
+
+# ---- no values: `helm install skiplock charts/skiplock` ------------------------------------------
+
+def _secret_data(objs, name):
+    return {k: base64.b64decode(v).decode() for k, v in r.by_name(objs, "Secret", name)["data"].items()}
+
+
+def test_no_values_run_the_bundled_postgres_and_generate_an_admin_token():
+    from skiplock.engine.settings import parse_api_tokens
+
+    assert r.scenario_values("default") == {}
+    objs = r.scenario_objects("default")
+    (pg,) = r.kind(objs, "StatefulSet")
+    assert pg["metadata"]["name"] == "skiplock-postgresql"
+    (pg_container,) = r.pod_spec(pg)["containers"]
+    assert pg_container["image"].startswith("postgres:")
+    (claim,) = pg["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data" and claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
+
+    # every role reads a URL naming the bundled Postgres, with the password Postgres starts with
+    password = _secret_data(objs, "skiplock-postgresql")["password"]
+    url = urlsplit(_secret_data(objs, "skiplock-database")["url"])
+    assert (url.hostname, url.port, url.username, url.password) == ("skiplock-postgresql", 5432, "skiplock", password)
+    assert len(password) == 32 and password.isalnum()
+    # the data outlives an uninstall on its PVC: so does its password
+    annotations = r.by_name(objs, "Secret", "skiplock-postgresql")["metadata"]["annotations"]
+    assert annotations["helm.sh/resource-policy"] == "keep"
+
+    # the API reads the token list in the format it parses; the user reads the token beside it
+    tokens = _secret_data(objs, "skiplock-api-tokens")
+    assert sorted(tokens) == ["admin-token", "tokens"]
+    (entry,) = parse_api_tokens(tokens["tokens"])
+    assert (entry.name, entry.role) == ("admin", "admin")
+    assert entry.sha256 == hashlib.sha256(tokens["admin-token"].encode()).hexdigest()
+    assert len(tokens["admin-token"]) == 43 and tokens["admin-token"].isalnum()
+    api = r.by_name(objs, "Deployment", "skiplock-api")
+    (container,) = r.pod_spec(api)["containers"]
+    assert r.env_of(container)["SKIPLOCK_API_TOKENS_FILE"] == "/etc/skiplock/api/tokens"
+    assert "SKIPLOCK_API_AUTH" not in r.env_of(container)
+    volume = next(v for v in r.pod_spec(api)["volumes"] if v["name"] == "api-tokens")
+    assert volume["secret"] == {"secretName": "skiplock-api-tokens", "items": [{"key": "tokens", "path": "tokens"}]}
+
+
+def test_each_offline_render_generates_a_new_token_and_password():
+    """Offline renders (helm template, lint, the SDK's Chart.render) have no cluster for `lookup`,
+    so each one generates anew; on a cluster, `helm upgrade` finds the Secrets and keeps them. The
+    SDK's cluster-aware render needs a reachable API server, which these tests do not have."""
+    first, second = (r.objects(r.render({})) for _ in range(2))
+    for name, key in (("skiplock-api-tokens", "admin-token"), ("skiplock-postgresql", "password")):
+        assert _secret_data(first, name)[key] != _secret_data(second, name)[key], name
+    # within one render the token is made once: the API pods' checksum is of the Secret rendered
+    api = r.by_name(first, "Deployment", "skiplock-api")
+    assert len(api["spec"]["template"]["metadata"]["annotations"]["checksum/api-tokens"]) == 64
+
+
+@pytest.mark.parametrize("auth, secrets, env", [
+    ({"tokens": ["ops:admin:" + "a" * 64, "ci:submitter:" + "b" * 64]}, {"tokens"}, "SKIPLOCK_API_TOKENS_FILE"),
+    ({"existingSecret": "mine"}, None, "SKIPLOCK_API_TOKENS_FILE"),
+    ({"enabled": False}, None, "SKIPLOCK_API_AUTH"),
+])
+def test_a_token_is_generated_only_when_auth_is_on_and_none_is_given(auth, secrets, env):
+    objs = r.objects(r.render({"api": {"auth": auth}}))
+    rendered = [s for s in r.kind(objs, "Secret") if s["metadata"]["name"] == "skiplock-api-tokens"]
+    if secrets is None:
+        assert rendered == []
+    else:
+        (secret,) = rendered
+        assert set(secret["data"]) == secrets
+        assert base64.b64decode(secret["data"]["tokens"]).decode().splitlines() == auth["tokens"]
+    (container,) = r.pod_spec(r.by_name(objs, "Deployment", "skiplock-api"))["containers"]
+    assert env in r.env_of(container)
+    if env == "SKIPLOCK_API_AUTH":
+        assert r.env_of(container)[env] == "disabled"
+
+
+def test_no_values_notes_warn_about_the_bundled_postgres_and_print_a_working_token_command(tmp_path):
+    rendered = r.render({})
+    notes = rendered["skiplock/templates/NOTES.txt"]
+    assert "WARNING: the database is the BUNDLED POSTGRES, for TRYING SKIPLOCK OUT ONLY." in notes
+    assert "--set postgresql.enabled=false --set database.existingSecret=" in notes
+    assert "ci/production-values.yaml" in notes
+    assert "image skiplock:0.1.0" in notes
+    (command,) = re.findall(r'"\$\((kubectl .*)\)"', notes)
+    m = re.fullmatch(r"kubectl -n (\S+) get secret (\S+) -o jsonpath='([^']+)' \| base64 -d", command)
+    assert m, command
+    namespace, name, jsonpath = m.groups()
+    assert namespace == r.NAMESPACE and name == "skiplock-api-tokens"
+    token = _secret_data(r.objects(rendered), name)["admin-token"]
+
+    # the same jsonpath and base64 pipe, run by the real kubectl on an object holding the same data
+    # (client-side only: kubectl's dry run builds the Secret without a cluster)
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is missing"
+    (tmp_path / "kubeconfig").write_text("")
+    secret_args = " ".join(f"--from-literal={k}={v}" for k, v in _secret_data(r.objects(rendered), name).items())
+    done = subprocess.run(
+        ["sh", "-c", f"{kubectl} create secret generic {name} {secret_args} --dry-run=client "
+                     f"-o jsonpath='{jsonpath}' | base64 -d"],
+        capture_output=True, text=True, timeout=60, env={"KUBECONFIG": str(tmp_path / "kubeconfig"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout == token, done.stderr
+
+
+def test_production_values_name_everything_and_generate_nothing():
+    objs = r.scenario_objects("production")
+    values = r.scenario_values("production")
+    assert values["postgresql"]["enabled"] is False
+    assert r.kind(objs, "StatefulSet") == [] and r.kind(objs, "Secret") == []
+    assert _database_secret_of(objs) == (values["database"]["existingSecret"], values["database"]["existingSecretKey"])
+    notes = r.render(values)["skiplock/templates/NOTES.txt"]
+    assert "BUNDLED POSTGRES" not in notes and "generated" not in notes
+    pdbs = {p["metadata"]["name"] for p in r.kind(objs, "PodDisruptionBudget")}
+    assert pdbs == {f"skiplock-{role}" for role in r.ROLES}
+    assert {d["metadata"]["name"]: d["spec"].get("replicas") for d in r.kind(objs, "Deployment")} == {
+        "skiplock-api": 3, "skiplock-worker": None, "skiplock-scheduler": 2, "skiplock-dispatcher": 2}
+    (scaled,) = r.kind(objs, "ScaledObject")
+    assert scaled["spec"]["minReplicaCount"] >= 2
+
+
+def _database_secret_of(objs):
+    volume = next(v for v in r.pod_spec(r.by_name(objs, "Deployment", "skiplock-worker"))["volumes"]
+                  if v["name"] == "database")
+    (item,) = volume["secret"]["items"]
+    return volume["secret"]["secretName"], item["key"]
+
+
+# ---- the image a user builds is the image the chart runs ------------------------------------------
+
+def test_the_default_image_is_the_one_skaffold_and_a_user_build():
+    version = tomllib.loads((r.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((r.CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    defaults = yaml.safe_load((r.CHART / "values.yaml").read_text())["image"]
+    (artifact,) = yaml.safe_load((r.ROOT / "skaffold.yaml").read_text())["build"]["artifacts"]
+    assert artifact["image"] == defaults["repository"] == "skiplock"
+    assert artifact["docker"]["dockerfile"] == "docker/Dockerfile"
+
+    objs = r.scenario_objects("default")
+    images = {c["image"] for o in objs if r.pod_spec(o) and o["kind"] != "StatefulSet"
+              for c in r.pod_spec(o)["containers"] + r.pod_spec(o).get("initContainers", [])}
+    assert images == {f"skiplock:{version}"}
+    pushed = r.objects(r.render({"image": {"repository": "registry.example.com/skiplock"}}))
+    worker = r.pod_spec(r.by_name(pushed, "Deployment", "skiplock-worker"))
+    assert worker["containers"][0]["image"] == f"registry.example.com/skiplock:{version}"
+
+
+# ---- pod deletion cost: the workers' RBAC -----------------------------------------------------------
+
+def test_pod_deletion_cost_grants_workers_get_and_patch_on_pods_in_the_namespace_only():
+    objs = r.scenario_objects("everything")
+    (role,) = r.kind(objs, "Role")
+    (binding,) = r.kind(objs, "RoleBinding")
+    assert r.kind(objs, "ClusterRole") == [] and r.kind(objs, "ClusterRoleBinding") == []
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == r.NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    worker = r.pod_spec(r.by_name(objs, "Deployment", "skiplock-worker"))
+    (sa,) = r.kind(objs, "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": worker["serviceAccountName"],
+                                    "namespace": r.NAMESPACE}]
+    assert sa["metadata"]["name"] == worker["serviceAccountName"] and sa["automountServiceAccountToken"] is False
+
+    # the worker mounts the token and knows its pod; no other pod does either
+    assert worker["automountServiceAccountToken"] is True
+    (container,) = worker["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SKIPLOCK_POD_DELETION_COST"]["value"] == "true"
+    assert env["SKIPLOCK_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["SKIPLOCK_POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    others = [o for o in objs if r.pod_spec(o) and o["metadata"]["name"] != "skiplock-worker"]
+    assert len(others) >= 6
+    for other in others:
+        spec = r.pod_spec(other)
+        assert spec.get("automountServiceAccountToken") is False, other["metadata"]["name"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert not {e["name"] for e in c.get("env", [])} & {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME"}
+    for init in worker["initContainers"]:
+        assert "SKIPLOCK_POD_DELETION_COST" not in r.env_of(init)
+
+    # the workers' NetworkPolicy lets them reach the API server, and only the workers'
+    values = r.scenario_values("everything")["networkPolicy"]["kubeApiEgress"]
+    api_rules = [{"to": [{"ipBlock": {"cidr": e["cidr"]}}], "ports": [{"protocol": "TCP", "port": e["port"]}]}
+                 for e in values]
+    for policy in r.kind(objs, "NetworkPolicy"):
+        has = [rule for rule in policy["spec"]["egress"] if rule in api_rules]
+        assert has == (api_rules if policy["metadata"]["name"] == "skiplock-worker" else []), policy["metadata"]["name"]
+
+
+def test_pod_deletion_cost_off_renders_no_rbac_and_mounts_no_token():
+    for scenario in ("default", "minimal"):
+        objs = r.scenario_objects(scenario)
+        assert [o["kind"] for o in objs if o["kind"] in ("Role", "RoleBinding")] == []
+        worker = r.pod_spec(r.by_name(objs, "Deployment", "skiplock-worker"))
+        assert worker["automountServiceAccountToken"] is False
+        env = r.env_of(worker["containers"][0])
+        assert not {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME", "SKIPLOCK_POD_NAMESPACE"} & set(env)

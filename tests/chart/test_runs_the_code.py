@@ -6,6 +6,7 @@ The dashboard's PromQL is checked against what those processes really export."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -27,6 +28,15 @@ ADMIN_TOKEN = "ci-admin-token"
 EXTERNAL_SECRETS = {
     "skiplock-api-tokens": {"tokens": f"ops:admin:{hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()}"},
 }
+
+
+def _admin_token(objs):
+    """The token a user of this render holds: the one the chart generated into its Secret (read as
+    the NOTES tell), else the one the ci values name by its SHA-256."""
+    for secret in r.kind(objs, "Secret"):
+        if "admin-token" in secret.get("data", {}):
+            return base64.b64decode(secret["data"]["admin-token"]).decode()
+    return ADMIN_TOKEN
 
 
 def _main_container(dep):
@@ -75,7 +85,7 @@ def exported_metric_names(body: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("scenario", ["minimal", "everything"])
+@pytest.mark.parametrize("scenario", ["default", "minimal", "everything"])
 def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_url, db, tmp_path):
     objs = r.scenario_objects(scenario)
     secret = _database_secret(objs)
@@ -102,10 +112,16 @@ def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_ur
             proc.wait_ready(timeout=40)
             assert proc.probe("livenessProbe") == 200
 
-        # the api answers an authenticated call with the token the values name
+        # the api answers an authenticated call with the token the values name, or with the one
+        # the chart generated when they name none
         api = running["api"]
-        status, body = _get(api.ports["http"], "/v1/queues", token=ADMIN_TOKEN)
+        token = _admin_token(objs)
+        assert (token != ADMIN_TOKEN) == (scenario == "default")
+        status, body = _get(api.ports["http"], "/v1/queues", token=token)
         assert status == 200, body
+        with pytest.raises(urllib.error.HTTPError) as wrong:
+            _get(api.ports["http"], "/v1/queues", token=token + "x")
+        assert wrong.value.code == 401
         with pytest.raises(urllib.error.HTTPError) as denied:
             _get(api.ports["http"], "/v1/queues")
         assert denied.value.code == 401
@@ -226,7 +242,7 @@ def test_dashboard_names_only_metrics_the_services_export(db_url, tmp_path):
             proc.wait_ready(timeout=40)
             port = proc.ports.get("metrics") or proc.ports["http"]
             if role == "api":
-                _get(port, "/v1/queues", token=ADMIN_TOKEN)  # one request, so its series exist
+                _get(port, "/v1/queues", token=_admin_token(objs))  # one request, so its series exist
             status, body = _get(port, "/metrics")
             assert status == 200
             exported |= exported_metric_names(body.decode())
@@ -245,7 +261,8 @@ def test_dashboard_names_only_metrics_the_services_export(db_url, tmp_path):
     assert len(used) >= 20
     assert used - exported == set(), f"the dashboard queries metrics nobody exports: {sorted(used - exported)}"
     # and the alert rules too
-    rules = r.objects(r.render({"database": {"existingSecret": "db"}, "api": {"auth": {"existingSecret": "t"}},
+    rules = r.objects(r.render({"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
+                                "api": {"auth": {"existingSecret": "t"}},
                                 "metrics": {"prometheusRule": {"enabled": True}}}))
     alert_names: set[str] = set()
     for rule in r.kind(rules, "PrometheusRule")[0]["spec"]["groups"][0]["rules"]:

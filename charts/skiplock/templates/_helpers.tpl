@@ -96,13 +96,45 @@ computed once per render, so the URL Secret and the Postgres Secret agree. */}}
 {{- end }}
 {{- end }}
 
+{{/* ---- API tokens --------------------------------------------------------------------------- */}}
+
+{{- define "skiplock.api.tokensSecretName" -}}
+{{- printf "%s-api-tokens" (include "skiplock.fullname" .) }}
+{{- end }}
+
+{{/* True when the chart makes the admin token itself: auth on, and neither a Secret nor a token
+list given. */}}
+{{- define "skiplock.api.generatesToken" -}}
+{{- $auth := .Values.api.auth }}
+{{- if and .Values.api.enabled $auth.enabled (not $auth.existingSecret) (not $auth.tokens) }}true{{ end }}
+{{- end }}
+
+{{/* The generated admin token: the one already in the cluster, else a new one; computed once per
+render, so the Secret and the API pods' checksum agree. Offline renders (helm template, lint)
+have no cluster to look in and make a new one each time. */}}
+{{- define "skiplock.api.generatedToken" -}}
+{{- $auth := .Values.api.auth }}
+{{- if not (hasKey $auth "generatedToken") }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "skiplock.api.tokensSecretName" .) }}
+{{- if and $existing $existing.data (index $existing.data "admin-token") }}
+{{- $_ := set $auth "generatedToken" (index $existing.data "admin-token" | b64dec) }}
+{{- else }}
+{{- $_ := set $auth "generatedToken" (randAlphaNum 43) }}
+{{- end }}
+{{- end }}
+{{- $auth.generatedToken }}
+{{- end }}
+
 {{/* ---- validation: relations a JSON schema cannot express ------------------------------------ */}}
 
 {{- define "skiplock.validate" -}}
 {{- $v := .Values }}
 {{- $lease := $v.config.leaseSeconds }}
 {{- if and (not $v.database.existingSecret) (not $v.database.url) (not $v.postgresql.enabled) }}
-{{- fail "database: set database.existingSecret (recommended), database.url, or postgresql.enabled=true (dev only)" }}
+{{- fail "database: set database.existingSecret (recommended), database.url, or postgresql.enabled=true (trying skiplock out only)" }}
+{{- end }}
+{{- if and (or $v.database.existingSecret $v.database.url) $v.postgresql.enabled }}
+{{- fail "database: database.existingSecret or database.url names a database, and postgresql.enabled (the default) would run the bundled Postgres beside it unused: set postgresql.enabled=false" }}
 {{- end }}
 {{- range $role := list "api" "worker" "scheduler" "dispatcher" }}
 {{- $r := index $v $role }}
@@ -129,8 +161,13 @@ computed once per render, so the URL Secret and the Postgres Secret agree. */}}
 {{- if and $v.worker.autoscaling.enabled $v.worker.keda.enabled }}
 {{- fail "worker.autoscaling.enabled and worker.keda.enabled: choose one (KEDA makes its own HPA)" }}
 {{- end }}
-{{- if and $v.api.enabled $v.api.auth.enabled (not $v.api.auth.existingSecret) (not $v.api.auth.tokens) }}
-{{- fail "api.auth: set api.auth.existingSecret or api.auth.tokens (name:role:sha256hex), or api.auth.enabled=false" }}
+{{- if $v.worker.podDeletionCost.enabled }}
+{{- if and (not $v.serviceAccount.create) (not $v.serviceAccount.name) }}
+{{- fail "worker.podDeletionCost: the Role would be bound to the namespace's default ServiceAccount; set serviceAccount.create=true or serviceAccount.name" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not $v.networkPolicy.kubeApiEgress) }}
+{{- fail "worker.podDeletionCost with networkPolicy.enabled: set networkPolicy.kubeApiEgress to the Kubernetes API server's endpoints ([{cidr, port}]), or the workers cannot patch their pods" }}
+{{- end }}
 {{- end }}
 {{- if and (gt (int $v.worker.autoscaling.minReplicas) (int $v.worker.autoscaling.maxReplicas)) }}
 {{- fail "worker.autoscaling.minReplicas must be <= maxReplicas" }}
