@@ -69,6 +69,9 @@ class Metrics:
                                              ["operation"], registry=r)
         self.worker_inflight = Gauge("skiplock_worker_inflight", "Tasks this worker is running.",
                                      registry=r)
+        self.pod_deletion_cost_updates = Counter("skiplock_pod_deletion_cost_updates_total",
+                                                 "Patches of the worker pod's deletion-cost annotation, "
+                                                 "by outcome (ok, error).", ["outcome"], registry=r)
         self.listener_healthy = Gauge("skiplock_listener_healthy",
                                       "1 while the LISTEN connection is up and answering probes.",
                                       ["role"], registry=r)

@@ -19,6 +19,9 @@ from .errors import ConfigError, InvalidInput
 PREFIX = "SKIPLOCK_"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# Kubernetes object names: a pod's is a DNS subdomain, a namespace's a DNS label
+_POD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # API roles, weakest first: each can do what the ones before it can
 API_ROLES = ("reader", "submitter", "admin")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -73,6 +76,10 @@ class Settings:
     api_auth: str = "enabled"
     log_format: str = "json"
     log_level: str = "INFO"
+    pod_deletion_cost: bool = False
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+    pod_deletion_cost_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if not SCHEMA_RE.match(self.db_schema):
@@ -145,6 +152,21 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_LOG_FORMAT={self.log_format!r}: must be json or text")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"SKIPLOCK_LOG_LEVEL={self.log_level!r}: must be a logging level")
+        self._check_pod_deletion_cost()
+
+    def _check_pod_deletion_cost(self) -> None:
+        if self.pod_deletion_cost_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_POD_DELETION_COST_SECONDS={self.pod_deletion_cost_seconds:g}: must be > 0")
+        if not self.pod_deletion_cost:
+            return
+        for variable, value, pattern, what in (("SKIPLOCK_POD_NAME", self.pod_name, _POD_NAME_RE, "name"),
+                                               ("SKIPLOCK_POD_NAMESPACE", self.pod_namespace, _NAMESPACE_RE,
+                                                "namespace")):
+            if not value:
+                raise ConfigError(f"{variable}: required when SKIPLOCK_POD_DELETION_COST is true (set it from "
+                                  f"the downward API, fieldRef metadata.{what})")
+            if not pattern.match(value):
+                raise ConfigError(f"{variable}={value!r}: not a Kubernetes pod {what}")
 
     @property
     def channel(self) -> str:
@@ -198,6 +220,10 @@ class Settings:
             api_auth=env.text("API_AUTH", "enabled").lower(),
             log_format=env.text("LOG_FORMAT", "json").lower(),
             log_level=env.text("LOG_LEVEL", "INFO").upper(),
+            pod_deletion_cost=env.boolean("POD_DELETION_COST", False),
+            pod_name=env.text("POD_NAME", None),
+            pod_namespace=env.text("POD_NAMESPACE", None),
+            pod_deletion_cost_seconds=env.number("POD_DELETION_COST_SECONDS", 5.0),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -8,7 +8,9 @@ Threads, each with one job:
                                   while the claimer claims (each has a connection of its own);
   keeper                        - heartbeats every claim in one statement, enforces timeouts, and
                                   runs the reaper fallback;
-  listener                      - LISTEN connection (worker/listener.py).
+  listener                      - LISTEN connection (worker/listener.py);
+  pod-cost                      - when SKIPLOCK_POD_DELETION_COST is on, keeps the pod's deletion cost
+                                  near the in-flight count (worker/pod_cost.py).
 No database transaction stays open while a handler runs, except one the handler asked for.
 
 Shutdown (stop.requested): claim nothing more; let running handlers finish until the grace is
@@ -43,6 +45,7 @@ from ..engine.settings import Settings
 from ..engine.store import Store
 from .context import Context
 from .listener import Listener
+from .pod_cost import PodDeletionCost
 
 log = logging.getLogger("skiplock.worker")
 
@@ -169,6 +172,9 @@ class Worker:
         self.listener: Listener | None = None
         self.counts = {"claimed": 0, "settled": 0, "rejected": 0, "reclaimed": 0}
         self.stop.on_set(self._wake.set)
+        # built here, so that a missing client or configuration fails at startup
+        self.pod_cost = (PodDeletionCost.from_settings(settings, lambda: len(self._runs), self.metrics)
+                         if settings.pod_deletion_cost else None)
 
     # ---- readiness -------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -191,6 +197,8 @@ class Worker:
         keeper = threading.Thread(target=self._keeper, name="keeper", daemon=True)
         keeper.start()
         self._threads.append(keeper)
+        if self.pod_cost is not None:
+            self._threads.append(self.pod_cost.start(self.stop.requested))
         self.listener = Listener(self.store.url, self.store.channel, self._on_notify, self.stop.requested,
                                  healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
         return self
