@@ -1,7 +1,7 @@
-"""Forward-only schema migrations: migrations/NNNN_name.sql applied in order, each in its own
-transaction, recorded in <schema>.schema_migrations, serialized across concurrent migrators by a
-session advisory lock (two pods running `skiplock migrate` at once take turns; the second finds
-nothing pending).
+"""Forward-only schema migrations: skiplock/migrations/NNNN_name.sql (package data) applied in
+order, each in its own transaction, recorded in <schema>.schema_migrations, serialized across
+concurrent migrators by a session advisory lock (two pods running `skiplock migrate` at once take
+turns; the second finds nothing pending).
 """
 
 from __future__ import annotations
@@ -39,15 +39,18 @@ class Migration:
 
 
 def migrations_dir() -> Path:
-    """SKIPLOCK_MIGRATIONS_DIR, else the copy shipped in the package, else the source tree's."""
+    """SKIPLOCK_MIGRATIONS_DIR if set, else the copy shipped inside the package (a wheel, an image
+    and the source tree all carry it: the repository's migrations/ is a link to it)."""
     configured = os.environ.get("SKIPLOCK_MIGRATIONS_DIR")
     if configured:
+        if not Path(configured).is_dir():
+            raise MigrationError(f"SKIPLOCK_MIGRATIONS_DIR: {configured} is not a directory")
         return Path(configured)
-    here = Path(__file__).resolve()
-    for candidate in (here.parent.parent / "migrations", here.parents[3] / "migrations"):
-        if candidate.is_dir():
-            return candidate
-    raise MigrationError("no migrations directory found; set SKIPLOCK_MIGRATIONS_DIR")
+    shipped = Path(__file__).resolve().parent.parent / "migrations"
+    if not shipped.is_dir():
+        raise MigrationError(f"no migrations directory at {shipped} (an install without its package "
+                             "data?); set SKIPLOCK_MIGRATIONS_DIR")
+    return shipped
 
 
 def discover(directory: Path | None = None) -> list[Migration]:
