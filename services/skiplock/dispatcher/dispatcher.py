@@ -193,6 +193,12 @@ class Dispatcher:
         self.sender = Sender(settings, guard)
         self.pool = ThreadPoolExecutor(settings.webhook_concurrency, thread_name_prefix="webhook")
         self.counts = {"delivered": 0, "retry": 0, "dead": 0, "gone": 0, "released": 0, "stale": 0}
+        # every outcome's series exists from the start at 0, so the dead-letter alert and the
+        # dashboard read 0 before the first delivery rather than nothing
+        for outcome in ("delivered", "retry", "dead", "gone", "released"):
+            self.metrics.webhook_deliveries.labels(outcome)
+        for operation in ("delivery_heartbeat", "delivery_settle"):
+            self.metrics.stale_writes_rejected.labels(operation)
         self._healthy = False
         self._inflight: dict[Future, Delivery] = {}
 

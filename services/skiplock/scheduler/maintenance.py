@@ -50,6 +50,8 @@ class Retention:
         self.store, self.metrics = store, metrics
         # a retention of 0 keeps that state forever
         self.retain = {state: seconds for state, seconds in retain.items() if seconds > 0}
+        for state in self.retain:  # at 0 until the first deletion, not absent
+            metrics.tasks_deleted.labels(state)
 
     def run_once(self) -> dict[str, int]:
         deleted: dict[str, int] = {}
@@ -104,6 +106,10 @@ class QueueGauges:
             # a paused queue has nothing claimable, however old its tasks are
             ages[queue] = (0, 0.0) if paused else (n, max(0.0, oldest_age or 0.0))
         # queues seen before and now empty report 0, not a stale value or a vanished series
+        for queue in (set(by_queue) | set(ages)) - self._queues:
+            # the reaper's counter of a queue exists at 0 before its first reclaim, so increase()
+            # and the reclaims alert read 0 rather than nothing
+            self.metrics.task_reclaims.labels(queue)
         self._queues |= set(by_queue) | set(ages)
         for queue in self._queues:
             states = by_queue.get(queue, {})
