@@ -17,7 +17,6 @@ import math
 import re
 import urllib.request
 
-import psycopg
 import pytest
 import yaml
 

@@ -171,6 +171,13 @@ class Worker:
         self._db_ok = False
         self.listener: Listener | None = None
         self.counts = {"claimed": 0, "settled": 0, "rejected": 0, "reclaimed": 0}
+        # the counters a dashboard or an alert reads exist at 0 from the start, not from their
+        # first event: claims and the reaper fallback's reclaims per queue, refused writes per operation
+        for queue in self.config.queues:
+            self.metrics.tasks_claimed.labels(queue)
+            self.metrics.task_reclaims.labels(queue)
+        for operation in ("completed", "failed", "retry", "step", "released", "heartbeat"):
+            self.metrics.stale_writes_rejected.labels(operation)
         self.stop.on_set(self._wake.set)
         # built here, so that a missing client or configuration fails at startup
         self.pod_cost = (PodDeletionCost.from_settings(settings, lambda: len(self._runs), self.metrics)
