@@ -12,11 +12,13 @@ import json
 import sys
 
 from .engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
-from .engine.settings import Settings
+from .engine.settings import API_ROLES, Settings, check_name
+from .engine.version import package_version
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skiplock", description="A durable task engine on one Postgres.")
+    p.add_argument("--version", action="version", version=f"skiplock {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     m = sub.add_parser("migrate", help="apply pending migrations (serialized, idempotent)")
@@ -72,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
                          ("resume", "fire a paused schedule again, from its next time after now")):
         a = scs.add_parser(action, help=text)
         a.add_argument("name")
+
+    tk = sub.add_parser("tokens", help="make API credentials (SKIPLOCK_API_TOKENS entries)")
+    tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
+    new = tks.add_parser("new", help="print a new random token (shown once) and its SKIPLOCK_API_TOKENS entry")
+    new.add_argument("--name", required=True, help="who uses it; the audit log's actor")
+    new.add_argument("--role", required=True, choices=API_ROLES, help="what it may do")
 
     d = sub.add_parser("dev", help="every role in one process; embedded Postgres if no URL is set")
     d.add_argument("--no-demo", action="store_true", help="do not enqueue the demo workload")
@@ -151,6 +159,9 @@ def _run(args) -> int:
     if args.command == "schedules":
         return _schedules(args, Settings.from_env())
 
+    if args.command == "tokens":
+        return _new_token(args.name, args.role)
+
     if args.command == "dev":
         from . import dev
 
@@ -227,6 +238,19 @@ def _webhooks(args, settings: Settings) -> int:
             print(f"{n} deliver{'y' if n == 1 else 'ies'} queued again")
     finally:
         store.close()
+    return 0
+
+
+def _new_token(name: str, role: str) -> int:
+    """A token only its holder knows: the API is configured with its SHA-256 (api/auth.py)."""
+    import hashlib
+    import secrets
+
+    check_name("token", name)
+    token = "skl_" + secrets.token_urlsafe(32)  # the prefix lets secret scanners spot a leaked one
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    print(f"token: {token}   (shown once: the client sends `Authorization: Bearer <token>`)")
+    print(f"entry: {name}:{role}:{digest}   (add to SKIPLOCK_API_TOKENS, comma-separated)")
     return 0
 
 

@@ -4,13 +4,19 @@ With no SKIPLOCK_DATABASE_URL it starts an embedded Postgres (the `pgserver` pac
 .skiplock/ in the current directory), applies migrations, runs a worker on the example handlers
 (plus any SKIPLOCK_TASKS modules), a scheduler (with a demo schedule), a webhook dispatcher
 (receivers on 127.0.0.0/8 allowed) and the HTTP API without auth on 127.0.0.1:SKIPLOCK_DEV_API_PORT
-(8080), enqueues a small demo workload and prints progress until Ctrl-C.
+(8080), prints what to run in a second terminal (the `export` of this database and of the webhook
+networks, so the `skiplock` command there acts on what this process runs), enqueues a small demo
+workload and prints progress until Ctrl-C.
 Not for production: one process, one embedded server.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import shlex
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -61,17 +67,22 @@ class ApiThread:
         from werkzeug.serving import make_server
 
         from .api import create_app
+        from .engine.metrics import listen_failure
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log line per request
-        self.app = create_app(settings.replace(api_auth="disabled"), pool_size=4)
-        try:
-            self._server = make_server("127.0.0.1", port, self.app, threaded=True)
-        except (OSError, SystemExit) as exc:  # werkzeug exits (after a message) when the port is taken
-            self._close_app()
-            why = exc.strerror if isinstance(exc, OSError) else "address in use"
-            raise ConfigError(f"SKIPLOCK_DEV_API_PORT={port}: cannot listen on 127.0.0.1:{port} "
-                              f"({why}); pick another port (0: any free one)") from None
-        self.port = self._server.server_port
+        # bound here, not by werkzeug: on a taken port it prints two lines and exits the process
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with listener:
+            try:
+                listener.bind(("127.0.0.1", port))
+                listener.listen(128)
+            except OSError as exc:
+                raise ConfigError(f"SKIPLOCK_DEV_API_PORT={port}: {listen_failure('127.0.0.1', port, exc)}; "
+                                  "pick another port (0: any free one)") from None
+            self.app = create_app(settings.replace(api_auth="disabled"), pool_size=4)
+            self._server = make_server("127.0.0.1", port, self.app, threaded=True, fd=listener.fileno())
+        self.port = self._server.port
         self._thread = threading.Thread(target=self._server.serve_forever, name="api-http", daemon=True)
 
     def start(self) -> "ApiThread":
@@ -79,7 +90,8 @@ class ApiThread:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever() to return: only if it runs
+            self._server.shutdown()
         self._server.server_close()
         self._close_app()
 
@@ -87,6 +99,23 @@ class ApiThread:
         from .api.app import close_app
 
         close_app(self.app)
+
+
+def second_terminal(settings: Settings, api_port: int) -> str:
+    """What to paste into another terminal: the environment that points the `skiplock` command at
+    this database with the webhook networks dev's dispatcher allows (so `skiplock webhooks add`
+    accepts a receiver on this machine, as dev delivers to it), and two commands to try."""
+    env = {"SKIPLOCK_DATABASE_URL": settings.database_url,
+           "SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS": ",".join(settings.webhook_allowed_networks)}
+    if settings.db_schema != Settings.db_schema:
+        env["SKIPLOCK_DB_SCHEMA"] = settings.db_schema
+    payload = json.dumps({"name": "you"})
+    commands = (
+        "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items()),
+        f"skiplock enqueue demo.hello --payload {shlex.quote(payload)}",
+        f"curl {shlex.quote(f'http://127.0.0.1:{api_port}/v1/tasks?kind=demo.hello&limit=5')}",
+    )
+    return "[skiplock dev] in another terminal:\n" + "".join(f"    {c}\n" for c in commands)
 
 
 def progress(store, stop: threading.Event, every: float = 1.0) -> None:
@@ -134,32 +163,34 @@ def main(settings: Settings, demo: bool = True) -> int:
     stop = Stop()
     install_signal_handlers(stop)
     metrics = Metrics()
-    store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev",
-                  worker_connections=True).open()
-    api = ApiThread(settings, settings.dev_api_port)  # a taken port stops dev before anything runs
-    worker = Worker(settings, store, metrics=metrics, stop=stop)
-    scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
-    threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
-    dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop)
-    threading.Thread(target=dispatcher.run, name="dispatcher", daemon=True).start()
-    server = MetricsServer(metrics, settings.metrics_port, worker.ready, host="127.0.0.1").start()
-    api.start()
-    print(f"[skiplock dev] database {url}", flush=True)
-    print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
-    print(f"[skiplock dev] api      http://127.0.0.1:{api.port}/v1/ (no auth; "
-          f"document at /v1/openapi.json)", flush=True)
-    if demo:
-        apply_demo_schedule(store)
-        print("[skiplock dev] schedule demo.every-15s fires demo.hello every 15 s", flush=True)
-        print(f"[skiplock dev] enqueued {enqueue_demo(url, settings.db_schema)} demo tasks "
-              f"({', '.join(DEMO_KINDS)}); Ctrl-C to stop", flush=True)
-    done = threading.Event()
-    reporter = threading.Thread(target=progress, args=(store, done), name="progress", daemon=True)
-    reporter.start()
-    try:
+    with contextlib.ExitStack() as cleanup:
+        # both ports first: a taken one stops dev with its reason before anything runs
+        api = ApiThread(settings, settings.dev_api_port)
+        cleanup.callback(api.stop)
+        # ready() asks the worker built below; the server answers nobody before start()
+        server = MetricsServer(metrics, settings.metrics_port, lambda: worker.ready(), host="127.0.0.1")
+        store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev",
+                      worker_connections=True).open()
+        cleanup.callback(store.close)
+        worker = Worker(settings, store, metrics=metrics, stop=stop)
+        scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
+        threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
+        dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop)
+        threading.Thread(target=dispatcher.run, name="dispatcher", daemon=True).start()
+        server.start()
+        cleanup.callback(server.stop)
+        api.start()
+        print(f"[skiplock dev] database {url}", flush=True)
+        print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
+        print(f"[skiplock dev] api      http://127.0.0.1:{api.port}/v1/ (no auth; "
+              f"document at /v1/openapi.json)", flush=True)
+        print(second_terminal(settings, api.port), end="", flush=True)
+        if demo:
+            apply_demo_schedule(store)
+            print("[skiplock dev] schedule demo.every-15s fires demo.hello every 15 s", flush=True)
+            print(f"[skiplock dev] enqueued {enqueue_demo(url, settings.db_schema)} demo tasks "
+                  f"({', '.join(DEMO_KINDS)}); Ctrl-C to stop", flush=True)
+        done = threading.Event()
+        cleanup.callback(done.set)
+        threading.Thread(target=progress, args=(store, done), name="progress", daemon=True).start()
         return worker.run()
-    finally:
-        done.set()
-        api.stop()
-        server.stop()
-        store.close()

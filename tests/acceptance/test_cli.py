@@ -1,17 +1,23 @@
-"""The `skiplock` command as a user runs it: migrate, enqueue, and refusing an unmigrated database."""
+"""The `skiplock` command as a user runs it: migrate, enqueue, refusing an unmigrated database,
+--version, `tokens new`, and task modules found in the current directory."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
 
+import skiplock as skiplock_package
 from tests.conftest import _with_db
-from tests.support.harness import ROOT
+from tests.support.harness import ROOT, scalar, wait_for
 
 MIGRATIONS = sorted(p.name for p in (ROOT / "migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
@@ -132,3 +138,108 @@ def test_schedules_apply_refuses_a_payload_over_the_enqueue_limit(db_url, db, tm
         assert done.stderr.startswith("skiplock schedules: schedule 'big': payload is ")
         assert "the limit is 100" in done.stderr and done.stderr.count("\n") == 1
     assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone() == (0,)
+
+
+def test_version_prints_the_installed_package_version():
+    done = skiplock("--version", url="")
+    assert (done.returncode, done.stdout, done.stderr) == \
+        (0, f"skiplock {importlib.metadata.version('skiplock')}\n", "")
+
+
+def test_tokens_new_prints_a_token_and_its_entry():
+    done = skiplock("tokens", "new", "--name", "ci", "--role", "submitter", url="")
+    assert done.returncode == 0, done.stderr
+    match = re.fullmatch(r"token: (skl_[A-Za-z0-9_-]{43})   \(shown once: the client sends `Authorization: Bearer "
+                         r"<token>`\)\nentry: (ci:submitter:[0-9a-f]{64})   \(add to SKIPLOCK_API_TOKENS, "
+                         r"comma-separated\)\n", done.stdout)
+    assert match, done.stdout
+    again = skiplock("tokens", "new", "--name", "ci", "--role", "submitter", url="")
+    assert again.stdout.split()[1] != match.group(1)  # random each time
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (("--name", "two words", "--role", "reader"), 1,
+     "skiplock tokens: invalid token name 'two words': use 1-64 letters, digits, '_', '.', ':' or '-'"),
+    (("--name", "ci", "--role", "root"), 2,
+     "skiplock tokens new: error: argument --role: invalid choice: 'root' (choose from reader, submitter, admin)"),
+])
+def test_tokens_new_refuses_a_bad_name_or_role(args, code, message):
+    done = skiplock("tokens", "new", *args, url="")
+    assert (done.returncode, done.stdout) == (code, "")
+    assert done.stderr.strip().splitlines()[-1].replace("'reader', 'submitter', 'admin'",
+                                                        "reader, submitter, admin") == message
+    assert "Traceback" not in done.stderr
+
+
+# ---- task modules in the current directory, as `skiplock` (the console script) finds them ---------------
+
+SCRIPT = Path(sys.executable).with_name("skiplock")
+
+GREET = """from skiplock import task
+
+
+@task("myapp.greet")
+def greet(ctx, payload):
+    return {"greeting": "hello " + payload["name"]}
+"""
+
+
+def user_project(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def user_env(url: str, **env) -> dict:
+    """A user's shell: no SKIPLOCK_* or PYTHONPATH from the test run, only what they set."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "PYTHONPATH"}
+    return {**clean, "SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0", "SKIPLOCK_LOG_FORMAT": "json",
+            **env}
+
+
+def test_the_worker_imports_task_modules_from_the_current_directory(db_url, db, tmp_path):
+    assert SCRIPT.exists(), f"{SCRIPT} is missing: install the package (make test)"
+    project = user_project(tmp_path, {"myapp/__init__.py": "", "myapp/tasks.py": GREET})
+    task_id = skiplock_package.enqueue(db_url, "myapp.greet", {"name": "cwd"})
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([str(SCRIPT), "worker", "--tasks", "myapp.tasks"], cwd=project,
+                                  env=user_env(db_url), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def completed():
+            if worker.poll() is not None:
+                raise AssertionError(f"the worker exited ({worker.returncode}):\n{log.read_text()[-3000:]}")
+            return scalar(db, "SELECT state = 'completed' FROM skiplock.tasks WHERE id = %s", (task_id,))
+
+        wait_for(completed, 30, message="myapp.greet completed")
+        assert scalar(db, "SELECT result FROM skiplock.tasks WHERE id = %s", (task_id,)) == {"greeting": "hello cwd"}
+        assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state <> 'completed'") == 0
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+
+
+@pytest.mark.parametrize("files, module, message", [
+    ({}, "myapp.tasks",
+     "SKIPLOCK_TASKS: cannot import 'myapp.tasks': no module 'myapp' in the current directory ({cwd}) "
+     "or the installed packages"),
+    ({"myapp/__init__.py": "", "myapp/tasks.py": "import not_installed_anywhere\n"}, "myapp.tasks",
+     "SKIPLOCK_TASKS: cannot import 'myapp.tasks': ModuleNotFoundError: No module named "
+     "'not_installed_anywhere' ({cwd}/myapp/tasks.py:1)"),
+    ({"jobs.py": "X = 1\n\nY = undefined_name\n"}, "jobs",
+     "SKIPLOCK_TASKS: cannot import 'jobs': NameError: name 'undefined_name' is not defined ({cwd}/jobs.py:3)"),
+    ({"jobs.py": "def broken(:\n"}, "jobs",
+     "SKIPLOCK_TASKS: cannot import 'jobs': SyntaxError: invalid syntax ({cwd}/jobs.py:1)"),
+])
+def test_a_task_module_that_cannot_be_imported_is_one_line_naming_it(db_url, tmp_path, files, module, message):
+    project = user_project(tmp_path, files)
+    done = subprocess.run([str(SCRIPT), "worker"], cwd=project, env=user_env(db_url, SKIPLOCK_TASKS=module),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    assert done.stderr == f"skiplock worker: {message.format(cwd=project)}\n"
+    assert "Traceback" not in done.stdout

@@ -1,13 +1,18 @@
 """`skiplock dev` (what `make dev` runs), against a real Postgres: it migrates, runs every role in one
 process, drains its demo workload, serves the API without auth, prints progress, and stops
-cleanly on Ctrl-C."""
+cleanly on Ctrl-C; and what its banner tells a user to run in a second terminal works there."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 from tests.support.harness import free_port, scalar, wait_exit, wait_for
 
@@ -42,9 +47,82 @@ def test_dev_runs_the_demo_to_the_end_serves_the_api_and_stops_on_ctrl_c(db_url,
         page = json.loads(response.read())
     assert len(page["tasks"]) == 5
     # the worker claims on a connection of its own, as `skiplock worker` does
-    assert scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock-dev-claims'") == 1
+    assert scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND application_name = 'skiplock-dev-claims'") == 1
 
     dev.signal(signal.SIGINT)
     code, _ = wait_exit(dev, 40)
     assert code == 0, dev.log()[-3000:]
     assert '"worker stopped"' in dev.log()
+
+
+def second_terminal(banner: str) -> list[str]:
+    """The indented lines under "in another terminal:", as printed."""
+    block = re.search(r"^\[skiplock dev\] in another terminal:\n((?:    .*\n)+)", banner, re.M)
+    assert block, banner[-3000:]
+    return [line[4:] for line in block.group(1).splitlines()]
+
+
+def shell(tmp_path: Path, *lines: str) -> subprocess.CompletedProcess:
+    """`lines` pasted into a new terminal: bash with the user's PATH (the venv's `skiplock` on it),
+    none of the test run's SKIPLOCK_* variables, in a directory of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "PYTHONPATH"}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return subprocess.run(["bash", "-e", "-c", "\n".join(lines)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, receiver, tmp_path):
+    dev = processes.spawn(db_url, "--no-demo", command="dev", env={"SKIPLOCK_DEV_API_PORT": 0})
+    export, enqueue, curl = wait_for(lambda: re.search(r"in another terminal:\n(    .*\n){3}", dev.log())
+                                     and second_terminal(dev.log()), 60, message="the banner")
+    assert export.startswith("export SKIPLOCK_DATABASE_URL=") and enqueue.startswith("skiplock enqueue demo.hello ")
+    assert curl.startswith("curl ")
+    api_url = re.search(r"^\[skiplock dev\] api +(http://127\.0\.0\.1:\d+/v1/) ", dev.log(), re.M).group(1)
+
+    # the printed enqueue, run with the printed export, lands in dev's database and dev runs it
+    done = shell(tmp_path, export, enqueue)
+    assert done.returncode == 0, done.stderr
+    task_id = done.stdout.strip()
+    assert scalar(db, "SELECT payload FROM skiplock.tasks WHERE id = %s", (task_id,)) == {"name": "you"}
+    wait_for(lambda: scalar(db, "SELECT state FROM skiplock.tasks WHERE id = %s", (task_id,)) == "completed", 30,
+             message="the enqueued task completed by dev's worker")
+
+    # the printed curl lists it (curl itself if this machine has it, else the same URL)
+    if shutil.which("curl"):
+        listed = shell(tmp_path, curl)
+        assert listed.returncode == 0, listed.stderr
+        tasks = json.loads(listed.stdout)["tasks"]
+    else:
+        url = re.fullmatch(r"curl '([^']+)'", curl).group(1)
+        tasks = json.loads(urllib.request.urlopen(url, timeout=5).read())["tasks"]
+    assert [t["id"] for t in tasks] == [task_id]
+
+    # the printed API URL answers
+    with urllib.request.urlopen(api_url, timeout=5) as response:
+        assert response.status == 200
+        index = json.loads(response.read())
+    assert index["name"] == "skiplock" and index["links"]["tasks"] == "/v1/tasks"
+
+    # a webhook receiver on this machine, added from the second terminal, gets dev's deliveries
+    receiver.expect_request("/hook", method="POST").respond_with_data("ok")
+    hook = f"http://127.0.0.1:{receiver.port}/hook"
+    added = shell(tmp_path, export, f"skiplock webhooks add {hook} --events task.completed")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("id: ")
+    second = shell(tmp_path, export, enqueue)
+    assert second.returncode == 0, second.stderr
+    second_id = second.stdout.strip()
+
+    def delivered() -> list:
+        return [json.loads(request.get_data()) for request, _ in receiver.log]
+
+    bodies = wait_for(delivered, 30, message="a delivery to the local receiver")
+    assert len(bodies) == 1 and second_id in json.dumps(bodies[0]), bodies
+    assert "task.completed" in json.dumps(bodies[0])
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries WHERE state = 'delivered'") == 1,
+             10, message="the delivery recorded as delivered")
+
+    dev.signal(signal.SIGINT)
+    code, _ = wait_exit(dev, 40)
+    assert code == 0, dev.log()[-3000:]

@@ -147,7 +147,8 @@ def test_claims_fill_only_free_slots_while_the_writer_records_outcomes(db_url, d
     assert set(r[0] for r in db.execute("SELECT DISTINCT task_id FROM public.executions")) == set(ids)
     # the worker's own connections: one for claims, one for outcomes
     assert sorted(r[0] for r in db.execute(
-        "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'skiplock-worker-%'")) == \
+        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name LIKE 'skiplock-worker-%'")) == \
         ["skiplock-worker-claims", "skiplock-worker-outcomes"]
     assert worker.alive()
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from skiplock.api.app import close_app, create_app
 from tests.integration.test_api import TOKENS, api_settings
 
-PUBLIC = {"/healthz", "/readyz", "/metrics", "/v1/openapi.json"}
+PUBLIC = {"/", "/v1/", "/healthz", "/readyz", "/metrics", "/v1/openapi.json"}
 
 
 def fuzz(app, check, *, headers: dict, max_examples: int) -> int:

@@ -154,7 +154,8 @@ def test_new_worker_connections_run_their_statement_once_and_change_nothing(db_u
     store = Store(db_url, name="warm", worker_connections=True).open(wait=True)
     try:
         last = dict(db.execute("SELECT application_name, query FROM pg_stat_activity "
-                               "WHERE application_name LIKE 'skiplock-warm-%'").fetchall())
+                               "WHERE datname = current_database() AND application_name LIKE 'skiplock-warm-%'")
+                    .fetchall())
         assert "FOR UPDATE SKIP LOCKED" in last["skiplock-warm-claims"]
         assert "jsonb_to_recordset" in last["skiplock-warm-outcomes"]
         assert db.execute("SELECT last_value, is_called FROM skiplock.lease_tokens").fetchone() == before

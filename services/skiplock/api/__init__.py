@@ -44,7 +44,9 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
         raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR={parent}: cannot create a directory in it ({exc.strerror})") from None
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     try:
-        from .server import ApiServer
+        from .server import ApiServer, check_bind
+
+        check_bind(bind)
 
         ApiServer(settings, bind=bind, workers=workers, threads=threads).run()
     except SystemExit as exc:  # gunicorn's arbiter leaves through sys.exit

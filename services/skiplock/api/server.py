@@ -6,8 +6,14 @@ timeout (SKIPLOCK_SHUTDOWN_GRACE_SECONDS, below the pod's grace), then exits 0.
 
 from __future__ import annotations
 
-from gunicorn.app.base import BaseApplication
+import errno
+import socket
 
+from gunicorn.app.base import BaseApplication
+from gunicorn.util import parse_address
+
+from ..engine.errors import ConfigError
+from ..engine.metrics import listen_failure
 from ..engine.settings import Settings
 
 
@@ -23,6 +29,26 @@ def _child_exit(server, worker) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
+
+
+def check_bind(bind: str) -> None:
+    """Refuse a --bind gunicorn could not listen on, in one line, before it starts: gunicorn
+    itself retries a taken port for seconds and then exits with log lines, not a reason."""
+    try:
+        address = parse_address(bind)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"--bind {bind}: {exc} (use HOST:PORT, e.g. 0.0.0.0:8080)") from None
+    if not isinstance(address, tuple):  # unix:PATH or fd://N: gunicorn reports those itself
+        return
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            probe.bind((host, port))
+    except OSError as exc:
+        hint = "pick a free port with --bind HOST:PORT" if exc.errno == errno.EADDRINUSE else "check --bind"
+        raise ConfigError(f"--bind {bind}: {listen_failure(host or '0.0.0.0', port, exc)}; {hint}") from None
 
 
 class ApiServer(BaseApplication):

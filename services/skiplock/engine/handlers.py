@@ -7,6 +7,9 @@ named in SKIPLOCK_TASKS and reads it). The function stays callable as before.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import traceback
 from collections.abc import Callable, Iterable
 
 from .errors import ConfigError, InvalidInput
@@ -72,9 +75,36 @@ def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: f
 
 
 def import_task_modules(modules: Iterable[str]) -> None:
-    """Import the modules named in SKIPLOCK_TASKS so their @task decorators register."""
+    """Import the modules named in SKIPLOCK_TASKS so their @task decorators register.
+
+    The current directory comes first on sys.path, as with `python -m` (and Celery, PgQueuer):
+    the `skiplock` console script's own sys.path[0] is its bin directory, so without this a
+    `myapp/tasks.py` next to the user would not be found. It stays there afterwards, because
+    handlers may import more of the user's modules when they run.
+    """
+    modules = list(modules)
+    cwd = os.getcwd()
+    if modules and cwd not in sys.path:
+        sys.path.insert(0, cwd)
     for name in modules:
         try:
             importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(f"SKIPLOCK_TASKS: cannot import {name!r}: {exc}") from exc
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):  # it, or a parent
+                raise ConfigError(f"SKIPLOCK_TASKS: cannot import {name!r}: no module {exc.name!r} in the current "
+                                  f"directory ({cwd}) or the installed packages") from None
+            raise ConfigError(f"SKIPLOCK_TASKS: cannot import {name!r}: {_where(exc)}") from None
+        except Exception as exc:  # the module itself fails (syntax, a name error, a bad @task): say where
+            raise ConfigError(f"SKIPLOCK_TASKS: cannot import {name!r}: {_where(exc)}") from None
+
+
+def _where(exc: BaseException) -> str:
+    """`Type: message (file:line)` of where an import failed, on one line."""
+    if isinstance(exc, SyntaxError):  # raised by the compiler: no frame of the module to point at
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}:{exc.lineno})"
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is import_task_modules() itself
+    outside = [f for f in frames if "importlib" not in f.filename]
+    if outside:
+        return f"{text} ({outside[-1].filename}:{outside[-1].lineno})"
+    return text

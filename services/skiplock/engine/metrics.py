@@ -8,6 +8,7 @@ module registers nothing and tests can build as many as they like.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from socketserver import ThreadingMixIn
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .errors import ConfigError
 
 log = logging.getLogger("skiplock.metrics")
 
@@ -114,6 +117,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def listen_failure(host: str, port: int, exc: OSError) -> str:
+    """Why listening on host:port failed, in words a user acts on."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is in use (another process listens on {host}:{port})"
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc})"
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -129,7 +139,11 @@ class MetricsServer:
 
     def __init__(self, metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0"):
         self.metrics, self.ready = metrics, ready
-        self._server = make_server(host, port, self._app, server_class=_Server, handler_class=_QuietHandler)
+        try:
+            self._server = make_server(host, port, self._app, server_class=_Server, handler_class=_QuietHandler)
+        except OSError as exc:
+            raise ConfigError(f"SKIPLOCK_METRICS_PORT={port}: {listen_failure(host, port, exc)}; set "
+                              "SKIPLOCK_METRICS_PORT to a free port (0: any free one)") from None
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
 
