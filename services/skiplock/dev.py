@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import shlex
+import shutil
 import socket
 import sys
 import threading
@@ -101,6 +102,16 @@ class ApiThread:
         close_app(self.app)
 
 
+def this_command() -> str:
+    """How another terminal runs this `skiplock`: by name when it is the one on PATH, else by its
+    full path (`make dev` runs .venv/bin/skiplock, which a new terminal's PATH does not hold)."""
+    script = Path(sys.executable).with_name("skiplock")
+    found = shutil.which("skiplock")
+    if not script.exists() or (found is not None and Path(found).resolve() == script.resolve()):
+        return "skiplock"
+    return shlex.quote(str(script.absolute()))
+
+
 def second_terminal(settings: Settings, api_port: int) -> str:
     """What to paste into another terminal: the environment that points the `skiplock` command at
     this database with the webhook networks dev's dispatcher allows (so `skiplock webhooks add`
@@ -112,7 +123,7 @@ def second_terminal(settings: Settings, api_port: int) -> str:
     payload = json.dumps({"name": "you"})
     commands = (
         "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items()),
-        f"skiplock enqueue demo.hello --payload {shlex.quote(payload)}",
+        f"{this_command()} enqueue demo.hello --payload {shlex.quote(payload)}",
         f"curl {shlex.quote(f'http://127.0.0.1:{api_port}/v1/tasks?kind=demo.hello&limit=5')}",
     )
     return "[skiplock dev] in another terminal:\n" + "".join(f"    {c}\n" for c in commands)

@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -64,10 +63,9 @@ def second_terminal(banner: str) -> list[str]:
 
 
 def shell(tmp_path: Path, *lines: str) -> subprocess.CompletedProcess:
-    """`lines` pasted into a new terminal: bash with the user's PATH (the venv's `skiplock` on it),
-    none of the test run's SKIPLOCK_* variables, in a directory of its own."""
+    """`lines` pasted into a new terminal: bash with the PATH dev had, none of the test run's
+    SKIPLOCK_* variables, in a directory of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "PYTHONPATH"}
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return subprocess.run(["bash", "-e", "-c", "\n".join(lines)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -76,8 +74,9 @@ def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, re
     dev = processes.spawn(db_url, "--no-demo", command="dev", env={"SKIPLOCK_DEV_API_PORT": 0})
     export, enqueue, curl = wait_for(lambda: re.search(r"in another terminal:\n(    .*\n){3}", dev.log())
                                      and second_terminal(dev.log()), 60, message="the banner")
-    assert export.startswith("export SKIPLOCK_DATABASE_URL=") and enqueue.startswith("skiplock enqueue demo.hello ")
-    assert curl.startswith("curl ")
+    assert export.startswith("export SKIPLOCK_DATABASE_URL=") and curl.startswith("curl ")
+    program, _, rest = enqueue.partition(" enqueue ")
+    assert rest.startswith("demo.hello --payload ") and program.endswith("skiplock"), enqueue
     api_url = re.search(r"^\[skiplock dev\] api +(http://127\.0\.0\.1:\d+/v1/) ", dev.log(), re.M).group(1)
 
     # the printed enqueue, run with the printed export, lands in dev's database and dev runs it
@@ -107,7 +106,7 @@ def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, re
     # a webhook receiver on this machine, added from the second terminal, gets dev's deliveries
     receiver.expect_request("/hook", method="POST").respond_with_data("ok")
     hook = f"http://127.0.0.1:{receiver.port}/hook"
-    added = shell(tmp_path, export, f"skiplock webhooks add {hook} --events task.completed")
+    added = shell(tmp_path, export, f"{program} webhooks add {hook} --events task.completed")
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith("id: ")
     second = shell(tmp_path, export, enqueue)
