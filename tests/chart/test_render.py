@@ -106,7 +106,7 @@ def test_custom_resources_have_required_fields(scenario):
     for obj in crds:
         _check_crd(obj)
     if scenario == "everything":
-        assert {o["kind"] for o in crds} == {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject"}
+        assert {o["kind"] for o in crds} == {"PodMonitor", "PrometheusRule", "ScaledObject"}
     if scenario == "keda":
         assert sorted(o["kind"] for o in crds) == ["ScaledObject", "TriggerAuthentication"]
 
@@ -395,7 +395,9 @@ def test_schema_refuses_bad_values(bad, message):
      "set networkPolicy.kubeApiEgress"),
     ({"worker": {"podDeletionCost": {"enabled": True}}, "serviceAccount": {"create": False}},
      "namespace's default ServiceAccount"),
-    ({"worker": {"autoscaling": {"enabled": True}, "keda": {"enabled": True}}}, "choose one"),
+    ({"worker": {"autoscaling": {"enabled": True}, "keda": {"enabled": True}}}, "choose one (KEDA"),
+    ({"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}},
+     "choose one (both would scrape every pod twice"),
 ])
 def test_relations_between_values_are_refused(bad, message):
     import helm_python as helm

@@ -158,6 +158,9 @@ have no cluster to look in and make a new one each time. */}}
 {{- if le (float64 $v.dispatcher.terminationGracePeriodSeconds) (float64 $wh.leaseSeconds) }}
 {{- fail (printf "dispatcher.terminationGracePeriodSeconds (%v) must be > dispatcher.webhook.leaseSeconds (%v)" $v.dispatcher.terminationGracePeriodSeconds $wh.leaseSeconds) }}
 {{- end }}
+{{- if and $v.metrics.serviceMonitor.enabled $v.metrics.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one (both would scrape every pod twice and double every rate)" }}
+{{- end }}
 {{- if and $v.worker.autoscaling.enabled $v.worker.keda.enabled }}
 {{- fail "worker.autoscaling.enabled and worker.keda.enabled: choose one (KEDA makes its own HPA)" }}
 {{- end }}
