@@ -1,0 +1,113 @@
+"""The README's "Deploy on Kubernetes" steps, line by line: every command in its shell blocks is
+either run here (the Helm commands by the real Helm engine, with the README's own flags) or quoted
+from the chart's rendered NOTES, and the image build and push lines are run by tests/image. A line
+of a kind nothing checks fails the test, so the README cannot drift from what is tested."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from tests.chart import rendering as r
+
+README = r.ROOT / "README.md"
+
+
+def deploy_commands() -> list[str]:
+    """Every command line in the shell blocks of the README's "Deploy on Kubernetes" section."""
+    text = README.read_text()
+    section = text.split("## Deploy on Kubernetes\n", 1)[1].split("\n## ", 1)[0]
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        lines += [line.strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    return lines
+
+
+def exported(commands: list[str]) -> dict[str, str]:
+    return dict(re.fullmatch(r"export (\w+)=(\S+)", c).groups() for c in commands
+                if re.fullmatch(r"export \w+=[^\"\s]+", c))
+
+
+def _set_values(argv: list[str]) -> dict:
+    """`--set a.b=c` pairs as a values tree, typed as Helm's strvals types them."""
+    values: dict = {}
+    for flag, arg in zip(argv, argv[1:]):
+        if flag != "--set":
+            continue
+        path, raw = arg.split("=", 1)
+        value = {"true": True, "false": False}.get(raw, int(raw) if raw.isdigit() else raw)
+        *parents, leaf = path.split(".")
+        node = values
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return values
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def _helm(command: str, variables: dict[str, str]) -> tuple[str, list[str], dict]:
+    for name, value in variables.items():
+        command = command.replace(f"${name}", value)
+    argv = shlex.split(command)
+    verb, release, chart = argv[1:4]
+    assert (release, chart) == (r.RELEASE, "charts/skiplock"), command
+    namespace = argv[argv.index("--namespace") + 1]
+    assert namespace == r.NAMESPACE, command
+    return verb, argv, _set_values(argv)
+
+
+def test_every_deploy_command_is_checked():
+    commands = deploy_commands()
+    known = re.compile(r"export REGISTRY=|podman (build|push) |helm (install|upgrade) |"
+                       r"export SKIPLOCK_TOKEN=|kubectl |curl ")
+    unchecked = [c for c in commands if not known.match(c)]
+    assert not unchecked, f"README deploy commands no test checks: {unchecked}"
+    # build, push, install, the token, the API and the dashboard, in that order
+    order = [next(i for i, c in enumerate(commands) if c.startswith(p))
+             for p in ("podman build", "podman push", "helm install", "export SKIPLOCK_TOKEN", "curl ",
+                       "helm upgrade")]
+    assert order == sorted(order), commands
+
+
+def test_helm_commands_render_what_the_readme_says():
+    commands = deploy_commands()
+    variables = exported(commands)
+    registry = variables["REGISTRY"]
+    (install,) = [c for c in commands if c.startswith("helm install ")]
+    (upgrade,) = [c for c in commands if c.startswith("helm upgrade ")]
+
+    verb, argv, values = _helm(install, variables)
+    assert verb == "install" and "--create-namespace" in argv
+    rendered = r.render(values)
+    objs = r.objects(rendered)
+    images = {c["image"] for o in objs if r.pod_spec(o) for c in r.pod_spec(o)["containers"]
+              if "skiplock" in c["image"]}
+    # the image the build step tags is the image every skiplock pod runs
+    build = next(c for c in commands if c.startswith("podman build"))
+    tag = shlex.split(build.replace("$REGISTRY", registry))[shlex.split(build).index("-t") + 1]
+    assert images == {tag}, images
+    # a working system with no other values: the bundled Postgres and a generated token
+    assert r.by_name(objs, "StatefulSet", "skiplock-postgresql")
+    assert "admin-token" in r.by_name(objs, "Secret", "skiplock-api-tokens")["data"]
+
+    # every kubectl and curl line is quoted from the NOTES this install prints
+    notes = rendered["skiplock/templates/NOTES.txt"]
+    quoted = [c for c in commands if c.startswith(("kubectl ", "curl ", "export SKIPLOCK_TOKEN="))]
+    assert len(quoted) == 4, quoted
+    missing = [c for c in quoted if c not in notes]
+    assert not missing, f"README lines not in the install's NOTES: {missing}"
+
+    verb, argv, more = _helm(upgrade, variables)
+    assert verb == "upgrade" and "--reuse-values" in argv
+    upgraded = r.objects(r.render(_merge(values, more), is_upgrade=True))
+    kinds = {o["kind"] for o in upgraded}
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    dashboard = r.by_name(upgraded, "ConfigMap", "skiplock-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert '"title": "skiplock"' in dashboard["data"]["skiplock.json"]
