@@ -6,27 +6,9 @@ of a kind nothing checks fails the test, so the README cannot drift from what is
 from __future__ import annotations
 
 import re
-import shlex
 
 from tests.chart import rendering as r
-
-README = r.ROOT / "README.md"
-
-
-def deploy_commands() -> list[str]:
-    """Every command line in the shell blocks of the README's "Deploy on Kubernetes" section."""
-    text = README.read_text()
-    section = text.split("## Deploy on Kubernetes\n", 1)[1].split("\n## ", 1)[0]
-    lines = []
-    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
-        lines += [line.strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
-    return lines
-
-
-def exported(commands: list[str]) -> dict[str, str]:
-    return dict(re.fullmatch(r"export (\w+)=(\S+)", c).groups() for c in commands
-                if re.fullmatch(r"export \w+=[^\"\s]+", c))
-
+from tests.support.readme import deploy_argv, deploy_commands, exported
 
 def _set_values(argv: list[str]) -> dict:
     """`--set a.b=c` pairs as a values tree, typed as Helm's strvals types them."""
@@ -51,10 +33,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _helm(command: str, variables: dict[str, str]) -> tuple[str, list[str], dict]:
-    for name, value in variables.items():
-        command = command.replace(f"${name}", value)
-    argv = shlex.split(command)
+def _helm(prefix: str, variables: dict[str, str]) -> tuple[str, list[str], dict]:
+    argv = deploy_argv(prefix, variables)
     verb, release, chart = argv[1:4]
     assert (release, chart) == (r.RELEASE, "charts/skiplock"), command
     namespace = argv[argv.index("--namespace") + 1]
@@ -78,20 +58,15 @@ def test_every_deploy_command_is_checked():
 def test_helm_commands_render_what_the_readme_says():
     commands = deploy_commands()
     variables = exported(commands)
-    registry = variables["REGISTRY"]
-    (install,) = [c for c in commands if c.startswith("helm install ")]
-    (upgrade,) = [c for c in commands if c.startswith("helm upgrade ")]
-
-    verb, argv, values = _helm(install, variables)
+    verb, argv, values = _helm("helm install ", variables)
     assert verb == "install" and "--create-namespace" in argv
     rendered = r.render(values)
     objs = r.objects(rendered)
     images = {c["image"] for o in objs if r.pod_spec(o) for c in r.pod_spec(o)["containers"]
               if "skiplock" in c["image"]}
     # the image the build step tags is the image every skiplock pod runs
-    build = next(c for c in commands if c.startswith("podman build"))
-    tag = shlex.split(build.replace("$REGISTRY", registry))[shlex.split(build).index("-t") + 1]
-    assert images == {tag}, images
+    build = deploy_argv("podman build", variables)
+    assert images == {build[build.index("-t") + 1]}, images
     # a working system with no other values: the bundled Postgres and a generated token
     assert r.by_name(objs, "StatefulSet", "skiplock-postgresql")
     assert "admin-token" in r.by_name(objs, "Secret", "skiplock-api-tokens")["data"]
@@ -103,7 +78,7 @@ def test_helm_commands_render_what_the_readme_says():
     missing = [c for c in quoted if c not in notes]
     assert not missing, f"README lines not in the install's NOTES: {missing}"
 
-    verb, argv, more = _helm(upgrade, variables)
+    verb, argv, more = _helm("helm upgrade ", variables)
     assert verb == "upgrade" and "--reuse-values" in argv
     upgraded = r.objects(r.render(_merge(values, more), is_upgrade=True))
     kinds = {o["kind"] for o in upgraded}

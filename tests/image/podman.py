@@ -8,6 +8,8 @@ What a host without a Docker engine needs, found the hard way:
 - pip in the build reaches the host's package index the way the host does: the host's CA bundle
   and a pip.conf made from the host's index settings are mounted into every build step;
 - --network host, so builds reach the index and containers reach the test Postgres on 127.0.0.1;
+- a registry to push to: Debian's docker-registry on 127.0.0.1, which a registries.conf of the
+  test's own (CONTAINERS_REGISTRIES_CONF) marks as plain HTTP;
 - a base image: python:3.11-slim-bookworm (the production default) when it can be pulled, else
   Debian's own Python 3.11 made with mmdebstrap --variant=minbase and imported, cached in
   podman's store under a tag naming its recipe.
@@ -54,18 +56,25 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 class Podman:
     """podman with the test's containers.conf; every call runs through here."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, insecure_registry: str):
         self.workdir = workdir
         conf = workdir / "containers.conf"
         conf.write_text(CONTAINERS_CONF.format(nofile=_at_most(resource.RLIMIT_NOFILE, 4096),
                                                nproc=_at_most(resource.RLIMIT_NPROC, 4096)))
-        self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+        registries = workdir / "registries.conf"
+        registries.write_text(f'[[registry]]\nlocation = "{insecure_registry}"\ninsecure = true\n')
+        self.env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_REGISTRIES_CONF": str(registries)}
 
     def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        argv = ["podman", *map(str, args)]
+        return self.argv(["podman", *args], timeout=timeout, check=check)
+
+    def argv(self, argv: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        """A podman command line as given (the README's own, say), run from the repository root."""
+        assert argv[0] == "podman", argv
+        argv = [str(a) for a in argv]
         if check:
-            return run(argv, timeout=timeout, env=self.env)
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env)
+            return run(argv, timeout=timeout, env=self.env, cwd=ROOT)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env, cwd=ROOT)
 
     def unusable(self, base: str | None = None) -> str | None:
         """Why containers cannot run here, in one line; None when they can. With `base`, tries
@@ -96,16 +105,18 @@ class Podman:
             tarball.unlink()
         return tag
 
-    def build(self, base: str, tag: str) -> float:
-        """Builds docker/Dockerfile from the repository root on `base`; returns the seconds it took."""
+    def build(self, base: str, argv: list[str]) -> float:
+        """Runs a `podman build` command line (the README's) from the repository root, with what
+        this host needs added after `build`: the base, the network and pip's settings. Returns the
+        seconds it took."""
+        assert argv[:2] == ["podman", "build"], argv
         mounts = ["--volume", f"{self._pip_conf()}:/etc/pip.conf:ro"]
         if HOST_CA_BUNDLE.is_file():
             mounts += ["--volume", f"{HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"]
         started = time.monotonic()
         # --layers=false: no intermediate images left behind in the store
-        self("build", "--quiet", "--layers=false", "--network", "host", *mounts,
-             "--build-arg", f"PYTHON_IMAGE={base}", "--file", ROOT / "docker" / "Dockerfile",
-             "--tag", tag, ROOT, timeout=900)
+        self.argv([*argv[:2], "--quiet", "--layers=false", "--network", "host", *mounts,
+                   "--build-arg", f"PYTHON_IMAGE={base}", *argv[2:]], timeout=900)
         return time.monotonic() - started
 
     def _pip_conf(self) -> Path:
@@ -146,3 +157,27 @@ def _host_pip_settings() -> dict[str, list[str]]:
         values = settings.setdefault(name.rpartition(".")[2], [])
         values += [v for v in value.strip().strip("'\"").split() if v not in values]
     return settings
+
+
+class Registry:
+    """Debian's docker-registry (the distribution registry) on 127.0.0.1, storing in `workdir`."""
+
+    def __init__(self, workdir: Path, port: int):
+        self.address = f"127.0.0.1:{port}"
+        config = workdir / "registry.yml"
+        config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
+                          f"http:\n  addr: {self.address}\nlog:\n  level: error\n")
+        self.log = workdir / "registry.log"
+        self._process = subprocess.Popen(["docker-registry", "serve", str(config)],
+                                         stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+
+    def get(self, path: str):
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{self.address}{path}", timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)

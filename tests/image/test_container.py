@@ -1,10 +1,11 @@
 """docker/Dockerfile built and run for real (podman, as root): the image prints its version,
 migrates a database, and runs a worker as UID 10001 on a read-only root filesystem that completes
-a task and exits 0 on SIGTERM after draining the one it holds.
+a task, keeps its pod's deletion cost, and exits 0 on SIGTERM after draining the one it holds. The
+image is built and pushed by the README's own lines, to a registry of the test's own.
 
 Size bound: the image may hold at most MAX_ADDED_BYTES on top of its base. What skiplock adds is
-its venv (skiplock and its dependencies' wheels installed and compiled, about 55 MB) and a user; the
-bound leaves room for dependencies to grow and fails on what a mistake adds: a compiler toolchain,
+its venv (skiplock and its dependencies' wheels installed and compiled, about 95 MB, 41 MB of it the
+kubernetes client the worker's pod deletion cost uses) and a user; the bound leaves room for dependencies to grow and fails on what a mistake adds: a compiler toolchain,
 a wheel cache or the source tree, each 100 MB or more. The base is not skiplock's to bound (the
 production python:3.11-slim-bookworm or, where it cannot be pulled, Debian's own Python 3.11).
 """
@@ -20,19 +21,32 @@ import psycopg
 import pytest
 
 import skiplock
-from tests.image.podman import Podman
+from tests.image.podman import Podman, Registry
+from tests.support import kube_api
 from tests.support.harness import ROOT, free_port, http_status, wait_for
+from tests.support.readme import deploy_argv
 
-MAX_ADDED_BYTES = 80_000_000
+MAX_ADDED_BYTES = 120_000_000
 MIGRATIONS = sorted(p.name for p in (ROOT / "services" / "skiplock" / "migrations").glob("*.sql"))
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 GRACE_SECONDS = 10
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory):
+def registry(tmp_path_factory):
+    assert shutil.which("docker-registry"), "docker-registry is missing: scripts/install-test-tools installs it"
+    server = Registry(tmp_path_factory.mktemp("registry"), free_port())
+    try:
+        wait_for(lambda: _answers(server), timeout=30, message="the registry answering")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, registry):
     assert shutil.which("podman"), "podman is missing: scripts/install-test-tools installs it"
-    engine = Podman(tmp_path_factory.mktemp("podman"))
+    engine = Podman(tmp_path_factory.mktemp("podman"), insecure_registry=registry.address)
     reason = engine.unusable()
     if reason:
         pytest.skip(reason)
@@ -40,17 +54,30 @@ def podman(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def image(podman):
-    """The image, built once for this module from the checkout; removed afterwards."""
+def image(podman, registry):
+    """The image, built and pushed once for this module by the README's own build and push lines,
+    from the checkout, to a registry of the test's own; removed afterwards."""
     base = podman.base_image()
     reason = podman.unusable(base)
     if reason:
         pytest.skip(reason)
-    tag = f"localhost/skiplock-test:{os.getpid()}"
-    seconds = podman.build(base, tag)
-    size, base_size = podman.size(tag), podman.size(base)
-    yield {"tag": tag, "base": base, "size": size, "added": size - base_size, "seconds": seconds}
-    podman("rmi", "--force", tag, check=False)
+    variables = {"REGISTRY": f"{registry.address}/team"}
+    build = deploy_argv("podman build", variables)
+    tag = build[build.index("-t") + 1]
+    try:
+        seconds = podman.build(base, build)
+        podman.argv(deploy_argv("podman push", variables), timeout=300)
+        size, base_size = podman.size(tag), podman.size(base)
+        yield {"tag": tag, "base": base, "size": size, "added": size - base_size, "seconds": seconds}
+    finally:
+        podman("rmi", "--force", tag, check=False)
+
+
+def _answers(registry) -> bool:
+    try:
+        return registry.get("/v2/") == {}
+    except OSError:
+        return False
 
 
 @pytest.fixture
@@ -81,6 +108,12 @@ def test_the_image_stays_within_its_size_bound(image, record_property):
         f"the image adds {image['added'] / 1e6:.0f} MB to its base, past the {MAX_ADDED_BYTES / 1e6:.0f} MB bound")
 
 
+def test_the_readme_pushes_the_image_the_chart_names(image, registry):
+    """The README's push put the tag the chart's appVersion names into the registry."""
+    assert image["tag"].rsplit(":", 1)[1] == VERSION
+    assert registry.get("/v2/team/skiplock/tags/list") == {"name": "team/skiplock", "tags": [VERSION]}
+
+
 def test_the_image_prints_its_version_and_migrates_a_database(podman, image, db_url):
     assert _run(podman, image, "--version").stdout == f"skiplock {VERSION}\n"
     env = {"SKIPLOCK_DATABASE_URL": db_url, "SKIPLOCK_DB_SCHEMA": "from_image"}
@@ -93,12 +126,27 @@ def test_the_image_prints_its_version_and_migrates_a_database(podman, image, db_
     assert again.stdout == "up to date\n"
 
 
-def test_a_read_only_worker_as_uid_10001_completes_a_task_and_drains_on_sigterm(podman, image, db_url, container):
+@pytest.fixture
+def kube(tmp_path):
+    api = kube_api.KubeApi().start()
+    yield api, api.kubeconfig(tmp_path)
+    api.stop()
+
+
+def test_a_read_only_worker_as_uid_10001_completes_a_task_and_drains_on_sigterm(podman, image, db_url, container,
+                                                                               kube):
+    """Also: the image carries the kubernetes client, so the worker keeps its pod's deletion cost
+    (here against a stand-in API server) as the chart's worker.podDeletionCost asks."""
     port = free_port()
     name = container("worker")
     handlers = ROOT / "tests" / "support" / "handlers.py"
+    api, kubeconfig = kube
+    os.chmod(kubeconfig, 0o644)  # readable by UID 10001
     podman("run", "--detach", "--name", name, "--network", "host", "--user", "10001:10001",
            "--read-only", "--tmpfs", "/tmp", "--volume", f"{handlers}:/opt/app/test_handlers.py:ro",
+           "--volume", f"{kubeconfig}:/etc/skiplock/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiplock/kubeconfig",
+           "--env", "SKIPLOCK_POD_DELETION_COST=true", "--env", "SKIPLOCK_POD_DELETION_COST_SECONDS=0.5",
+           "--env", "SKIPLOCK_POD_NAME=skiplock-worker-7d9f-x2x", "--env", "SKIPLOCK_POD_NAMESPACE=jobs",
            "--env", "PYTHONPATH=/opt/app", "--env", "SKIPLOCK_TASKS=test_handlers",
            "--env", f"SKIPLOCK_DATABASE_URL={db_url}", "--env", f"SKIPLOCK_METRICS_PORT={port}",
            "--env", f"SKIPLOCK_SHUTDOWN_GRACE_SECONDS={GRACE_SECONDS}", image["tag"], "worker")
@@ -122,6 +170,7 @@ def test_a_read_only_worker_as_uid_10001_completes_a_task_and_drains_on_sigterm(
         # a task in the worker's hands when SIGTERM comes: drained, then exit 0
         held = skiplock.enqueue(db_url, "t.record", {"sleep": 2})
         wait_for(lambda: _state(db, held) == "running", timeout=30, message="the second task running")
+        wait_for(lambda: api.costs()[-1:] == ["1"], timeout=10, message="the pod's deletion cost at 1")
         stopping = time.monotonic()
         podman("kill", "--signal", "TERM", name)
         code = podman("wait", name, timeout=GRACE_SECONDS + 30).stdout.strip()
@@ -130,6 +179,9 @@ def test_a_read_only_worker_as_uid_10001_completes_a_task_and_drains_on_sigterm(
         executions = db.execute("SELECT count(*) FROM public.executions WHERE task_id IN (%s, %s)",
                                 (quick, held)).fetchone()[0]
         assert executions == 2
+    patches = api.seen()
+    assert {(p.method, p.path) for p in patches} == {("PATCH", "/api/v1/namespaces/jobs/pods/skiplock-worker-7d9f-x2x")}
+    assert "1" in [p.cost for p in patches] and all(p.cost in ("0", "1") for p in patches), patches
 
 
 def _state(db, task_id) -> str:
