@@ -68,3 +68,14 @@ def test_a_taken_port_stops_dev_with_one_line(db_url, db, taken_port, variable):
     assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                       "AND pid <> pg_backend_pid()").fetchone()[0] == 0
+
+
+def test_a_scheduler_with_a_taken_port_applies_no_schedules_file(db_url, db, taken_port, tmp_path):
+    """The port is claimed before the database is touched: a scheduler that cannot serve its
+    probes does not half-start by syncing its schedules file first."""
+    schedules = tmp_path / "schedules.yaml"
+    schedules.write_text("schedules:\n  - name: ports.every-minute\n    kind: t.noop\n    interval_seconds: 60\n")
+    done = skiplock("scheduler", url=db_url, SKIPLOCK_METRICS_PORT=str(taken_port),
+                    SKIPLOCK_SCHEDULES_FILE=str(schedules))
+    assert "SKIPLOCK_METRICS_PORT" in only_line(done)
+    assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone()[0] == 0

@@ -82,16 +82,25 @@ def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4
     stop = Stop()
     install_signal_handlers(stop)
     metrics = Metrics()
-    store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min, max_size=pool_max,
-                  name=name, worker_connections=worker_connections).open()
+    # the port first: a taken one stops the role before it touches the database (a scheduler would
+    # otherwise apply its schedules file, then stop)
+    server = MetricsServer(metrics, settings.metrics_port, ready=lambda: False)
+    started = False
     try:
-        if prepare is not None:
-            prepare(store)
-        role = build(store, metrics, stop)
-        server = MetricsServer(metrics, settings.metrics_port, role.ready).start()
+        store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min,
+                      max_size=pool_max, name=name, worker_connections=worker_connections).open()
         try:
+            if prepare is not None:
+                prepare(store)
+            role = build(store, metrics, stop)
+            server.ready = role.ready
+            server.start()
+            started = True
             return role.run()
         finally:
-            server.stop()
+            store.close()
     finally:
-        store.close()
+        if started:
+            server.stop()
+        else:
+            server.close()

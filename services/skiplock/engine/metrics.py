@@ -153,6 +153,11 @@ class MetricsServer:
 
     def stop(self) -> None:
         self._server.shutdown()
+        self.close()
+
+    def close(self) -> None:
+        """Releases the port; alone, for a server that was never started (shutdown() would wait
+        for a loop that never ran)."""
         self._server.server_close()
 
     def _app(self, environ, start_response):
