@@ -63,6 +63,7 @@ def task_json(task: Task) -> dict:
         "lease_until": iso(task.lease_until), "run_after": iso(task.run_after), "deadline": iso(task.deadline),
         "idempotency_key": task.idempotency_key, "cursor": task.cursor, "progress": task.progress,
         "message": task.message, "result": task.result, "last_error": task.last_error,
+        "last_error_traceback": task.last_error_traceback,
         "created_at": iso(task.created_at), "updated_at": iso(task.updated_at),
         "started_at": iso(task.started_at), "finished_at": iso(task.finished_at),
     }
@@ -83,7 +84,13 @@ TASK = Object({
     "cursor": JsonValue("The last saved step's cursor."),
     "progress": Number(nullable=True), "message": String(nullable=True),
     "result": JsonValue("What the handler returned."),
-    "last_error": String(nullable=True),
+    "last_error": String("The latest attempt's error (`Type: message`), or why its lease was taken back.",
+                         nullable=True),
+    "last_error_traceback": String(
+        "The handler's traceback that goes with last_error, as the latest `retrying` or `failed` event's "
+        "`data.traceback` holds it: its last 30 frames and 8 KiB at most (the end is where the error is), "
+        "with a `[... cut ...]` line where more was. null when last_error has none (a Retry, a timeout, "
+        "a lost lease) and in list pages: read the task for it.", nullable=True),
     "created_at": DateTime(), "updated_at": DateTime(),
     "started_at": DateTime(nullable=True), "finished_at": DateTime(nullable=True),
 }, "A task.", required=("id", "kind", "queue", "priority", "payload", "state", "attempts", "created_at"))
@@ -98,7 +105,8 @@ EVENT = Object({
     "seq": Integer("1, 2, 3, ... per task, without gaps."),
     "type": String("queued, running, completed, retrying, checkpoint, cancelling, cancelled, resumed, ..."),
     "at": DateTime(), "attempt": Integer(nullable=True), "lease_token": Integer(nullable=True),
-    "data": JsonValue(),
+    "data": JsonValue("retrying and failed: `error`, and `traceback` when the handler raised (bounded as "
+                      "a task's last_error_traceback); retrying: `delay`."),
 }, required=("seq", "type", "at"))
 
 

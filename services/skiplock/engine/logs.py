@@ -1,16 +1,40 @@
 """Logging to stdout, one JSON object per line (or plain text for humans).
 
-Extra fields passed with `extra={...}` appear as keys of the JSON object.
+Extra fields passed with `extra={...}` appear as keys of the JSON object (text: `key=value` after
+the message). While a handler runs, every record logged in its thread or asyncio task, by any
+logger, carries the task's `task_id`, `kind`, `queue` and `attempt` (see current_task).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
 import time
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+# The task a handler runs for (a model.ClaimedTask): set by the worker around the handler call.
+# A context variable, so that it follows the handler's own thread, and each async handler's
+# asyncio task, and no other. The task itself, not its fields: those are built only when a
+# record is logged, not for every task run.
+current_task: contextvars.ContextVar = contextvars.ContextVar("skiplock_task", default=None)
+
+
+class TaskFields(logging.Filter):
+    """Stamps records logged while a handler runs with its task's fields. A field the call
+    passed itself in `extra` wins."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        task = current_task.get()
+        if task is not None:
+            fields = record.__dict__
+            fields.setdefault("task_id", str(task.id))
+            fields.setdefault("kind", task.kind)
+            fields.setdefault("queue", task.queue)
+            fields.setdefault("attempt", task.attempt)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,6 +67,7 @@ class TextFormatter(logging.Formatter):
 def setup(fmt: str = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(TaskFields())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -166,6 +166,8 @@ class Task:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    # read with one task (task_get), not in lists: from the event that set last_error
+    last_error_traceback: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +196,7 @@ class Settlement(NamedTuple):
     message: str | None = None
     deadline_seconds: float | None = None
     kind_max_attempts: int | None = None
+    traceback: str | None = None  # the handler's, bounded (worker/tracebacks.py): kept in the event
 
 
 @dataclasses.dataclass(frozen=True)

@@ -320,7 +320,7 @@ def _unit(conn: psycopg.Connection) -> Iterator[None]:
 # ---- the store -------------------------------------------------------------------------------
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
-                        "kind_max_attempts")
+                        "kind_max_attempts", "traceback")
 assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # _settle_params reads them by position
 _NO_OPTIONALS = (None,) * len(_SETTLEMENT_OPTIONAL)
 

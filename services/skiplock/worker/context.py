@@ -17,14 +17,19 @@ from ..engine.model import ClaimedTask
 
 
 class Context:
-    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "log")
+    __slots__ = ("_task", "_cancel", "_open_tx", "_store")
 
-    def __init__(self, task: ClaimedTask, store, log: logging.Logger):
+    def __init__(self, task: ClaimedTask, store):
         self._task = task
         self._cancel = False  # set once by another thread, read by the handler: a plain flag will do
         self._open_tx = None  # (connection context manager, connection) while a transaction is held
         self._store = store
-        self.log = log
+
+    @property
+    def log(self) -> logging.Logger:
+        """The logger `skiplock.task.<kind>`. Its records, like any logged while the handler runs,
+        carry task_id, kind, queue and attempt (engine/logs.py)."""
+        return logging.getLogger("skiplock.task." + self._task.kind)
 
     @property
     def task_id(self) -> uuid.UUID:

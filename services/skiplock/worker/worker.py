@@ -29,7 +29,6 @@ import random
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Sequence
 
@@ -38,6 +37,7 @@ import psycopg
 from ..engine.errors import DatabaseUnavailable
 from ..engine.handlers import REGISTRY, Registry
 from ..engine.lifecycle import Stop
+from ..engine.logs import current_task
 from ..engine.metrics import Metrics, observe_many
 from ..engine.model import ClaimedTask, Fail, Retry, Settlement, Step, TaskDef
 from ..engine.retry import retry_delay
@@ -46,6 +46,7 @@ from ..engine.store import Store
 from .context import Context
 from .listener import Listener
 from .pod_cost import PodDeletionCost
+from .tracebacks import bounded_traceback
 
 log = logging.getLogger("skiplock.worker")
 
@@ -414,7 +415,7 @@ class Worker:
         waits: dict[str, list[float]] = {}
         get_definition, store = self.registry.get, self.store
         for task in tasks:
-            runs.append(_Run(task, Context(task, store, log), get_definition(task.kind)))
+            runs.append(_Run(task, Context(task, store), get_definition(task.kind)))
             waited = task.waited_seconds
             waits.setdefault(task.queue, []).append(waited if waited > 0.0 else 0.0)
         for queue_name, queue_waits in waits.items():
@@ -451,14 +452,19 @@ class Worker:
         if definition is None:
             return self._settlement(run, "failed", error=f"no handler for task kind {task.kind!r} in this "
                                     f"worker (SKIPLOCK_TASKS={','.join(self.settings.tasks) or 'unset'})")
+        running = current_task.set(task)  # stamps the handler's log records (engine/logs.py)
         try:
             value = definition.fn(run.ctx, task.payload)
         except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
             return self._failure(run, exc)
+        finally:
+            current_task.reset(running)
         return self._success(run, value)
 
     async def _run_async(self, run: _Run) -> None:
         task, definition = run.task, run.definition
+        # this coroutine is an asyncio task of its own, with its own copy of the context
+        current_task.set(task)
         try:
             if definition.timeout:
                 value = await asyncio.wait_for(definition.fn(run.ctx, task.payload),
@@ -489,8 +495,11 @@ class Worker:
         return self._settlement(run, "completed", result=value)
 
     def _failure(self, run: _Run, exc: BaseException) -> Settlement:
+        # a Retry is a request, not an error: where it was raised tells an operator nothing
+        trace = None if isinstance(exc, Retry) else bounded_traceback(exc, skip_file=__file__)
         if isinstance(exc, Fail):
-            return self._settlement(run, "failed", error=(str(exc) or "failed").replace("\x00", "\\0"))
+            return self._settlement(run, "failed", error=(str(exc) or "failed").replace("\x00", "\\0"),
+                                    traceback=trace)
         policy = run.definition.retry
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = max(float(exc.delay), 0.0)
@@ -500,8 +509,8 @@ class Worker:
         if not isinstance(exc, (Retry, TimeoutError)):
             log.warning("handler raised", extra={"task_id": str(run.task.id), "kind": run.task.kind,
                                                  "attempt": run.task.attempt, "error": error[:500],
-                                                 "traceback": "".join(traceback.format_exception(exc))[-4000:]})
-        return self._settlement(run, "retry", error=error[:4000], delay=delay)
+                                                 "traceback": trace})
+        return self._settlement(run, "retry", error=error[:4000], delay=delay, traceback=trace)
 
     def _settlement(self, run: _Run, outcome: str, **fields) -> Settlement:
         definition = run.definition
@@ -606,6 +615,8 @@ class Worker:
             if state is None:
                 self._reject(operation, run)
                 continue
+            if state == "failed":
+                _log_failed(run)
             settled += 1
             key = (task.queue, task.kind, _outcome_label(operation, state))
             finished[key] = finished.get(key, 0) + 1
@@ -760,6 +771,14 @@ def _outcome_label(operation: str, state: str) -> str:
     if state in ("completed", "failed", "cancelled"):
         return state
     return {"retry": "retried", "step": "checkpoint", "released": "released"}.get(operation, operation)
+
+
+def _log_failed(run: _Run) -> None:
+    """One line for a task that failed for good; its traceback is in its 'failed' event."""
+    task = run.task
+    error = (run.settlement.error or "").replace("\r", "\\r").replace("\n", "\\n")
+    log.error("task failed", extra={"task_id": str(task.id), "kind": task.kind, "queue": task.queue,
+                                    "attempts": task.attempt, "error": error})
 
 
 def _rollback(held, close: bool = False) -> None:

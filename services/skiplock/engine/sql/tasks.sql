@@ -138,7 +138,8 @@ settle_input AS (
     SELECT *
     FROM jsonb_to_recordset(%(settlements)s::jsonb)
         AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
-             progress real, message text, deadline_seconds float8, kind_max_attempts integer)
+             progress real, message text, deadline_seconds float8, kind_max_attempts integer,
+             traceback text)
 ), decided AS MATERIALIZED (
     -- each claim found by one primary-key probe and locked, in id order (as the heartbeat does)
     SELECT i.*, t.attempts AS attempt,
@@ -193,7 +194,8 @@ settle_input AS (
     -- by id, not ctid: a row locked after waiting for a concurrent update (a heartbeat, a
     -- cancel) is a newer version than the one the snapshot saw
     WHERE t.id = d.id
-    RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay
+    RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay,
+              d.traceback
 ), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq,
@@ -204,7 +206,7 @@ settle_input AS (
            lease_token, attempt,
            CASE WHEN error IS NULL AND outcome = 'completed' THEN NULL
                 ELSE jsonb_strip_nulls(jsonb_build_object(
-                         'outcome', outcome, 'error', error,
+                         'outcome', outcome, 'error', error, 'traceback', traceback,
                          'delay', CASE WHEN state = 'queued' THEN delay END)) END
     FROM settled
 )
@@ -295,11 +297,21 @@ WITH resumed AS (
 SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
 
 -- name: task_get
+-- With the traceback that goes with last_error: the newest event that recorded an error
+-- (retrying, failed, reclaimed) set last_error, and holds the handler's traceback if it had one.
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
-       result, last_error, event_seq, created_at, updated_at, started_at, finished_at
-FROM skiplock.tasks
-WHERE id = %(id)s;
+       result, last_error, event_seq, created_at, updated_at, started_at, finished_at,
+       e.traceback
+FROM skiplock.tasks AS t
+LEFT JOIN LATERAL (
+    SELECT data ->> 'traceback' AS traceback
+    FROM skiplock.task_events
+    WHERE task_id = t.id AND data ? 'error'
+    ORDER BY seq DESC
+    LIMIT 1
+) AS e ON t.last_error IS NOT NULL
+WHERE t.id = %(id)s;
 
 -- name: task_events_list
 SELECT task_id, seq, type, at, lease_token, attempt, data
