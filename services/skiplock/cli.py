@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         a = scs.add_parser(action, help=text)
         a.add_argument("name")
 
+    wk = sub.add_parser("workers", help="the worker registry: every live worker")
+    wks = wk.add_subparsers(dest="action", required=True, metavar="ACTION")
+    wl = wks.add_parser("list", help="show every live worker: host, queues, concurrency, in flight, heartbeat")
+    wl.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
+
     tk = sub.add_parser("tokens", help="make API credentials (SKIPLOCK_API_TOKENS entries)")
     tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
     new = tks.add_parser("new", help="print a new random token (shown once) and its SKIPLOCK_API_TOKENS entry")
@@ -161,6 +166,9 @@ def _run(args) -> int:
 
     if args.command == "tokens":
         return _new_token(args.name, args.role)
+
+    if args.command == "workers":
+        return _workers(args, Settings.from_env())
 
     if args.command == "dev":
         from . import dev
@@ -290,19 +298,47 @@ def _schedules(args, settings: Settings) -> int:
 
 def _print_schedules(statuses) -> None:
     header = ("NAME", "KIND", "QUEUE", "WHEN", "OVERLAP", "CATCHUP", "STATE", "NEXT FIRE (UTC)", "FIRES", "SKIPS")
-    rows = [header]
+    rows = []
     for st in statuses:
         s = st.schedule
         rows.append((s.name, s.kind, s.queue, s.describe, s.overlap, s.catchup,
                      "enabled" if s.enabled else "paused",
                      st.next_fire_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
                      str(st.fires), str(st.skips)))
-    if len(rows) == 1:
-        print("no schedules")
+    _print_table(header, rows, "no schedules")
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]], empty: str) -> None:
+    """Columns aligned to their widest cell, or `empty` when there are no rows."""
+    if not rows:
+        print(empty)
         return
+    rows = [header, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _workers(args, settings: Settings) -> int:
+    """`skiplock workers list`: the registry, as GET /v1/workers shows it."""
+    from .engine.store import Store
+
+    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    try:
+        workers = store.list_workers()
+    finally:
+        store.close()
+    if args.output == "json":
+        from .api.render import iso
+
+        print(json.dumps({"workers": [{**w._asdict(), "started_at": iso(w.started_at),
+                                       "heartbeat_at": iso(w.heartbeat_at)} for w in workers]}, indent=2))
+        return 0
+    header = ("ID", "HOST", "PID", "QUEUES", "CONCURRENCY", "IN FLIGHT", "STARTED (UTC)", "LAST HEARTBEAT", "VERSION")
+    _print_table(header, [(w.id, w.host, str(w.pid), ",".join(w.queues), str(w.concurrency), str(w.in_flight),
+                           w.started_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+                           f"{w.heartbeat_age_seconds:.1f}s ago", w.version) for w in workers], "no workers")
+    return 0
 
 
 if __name__ == "__main__":

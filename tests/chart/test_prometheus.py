@@ -350,6 +350,14 @@ def test_prometheus_evaluates_every_query_against_the_live_services(deployment, 
         panels["panel 'Tasks by state' ({{queue}} {{state}})"].replace('"$queue"', f'"{BACKLOG_QUEUE}"')))}
     assert states["queued"] == BACKLOG and sum(states.values()) == BACKLOG
 
+    # in flight against concurrency: the worker registry's concurrency per queue (the one worker
+    # serves both of its queues), and the busy slots' tasks running in reports
+    def per_queue(legend: str) -> dict[str, float]:
+        return {s["metric"]["queue"]: float(s["value"][1]) for s in prometheus.query(_grafana_to_promql(
+            panels[f"panel 'Worker in-flight vs concurrency' ({{{{queue}}}} {legend})"]))}
+    assert per_queue("concurrency") == {queue: CONCURRENCY for queue in WORKER_QUEUES}
+    assert per_queue("in flight")["reports"] == CONCURRENCY
+
     # the failing kind shows in the throughput panel
     outcomes = {s["metric"]["outcome"]: float(s["value"][1]) for s in prometheus.query(_grafana_to_promql(
         panels["panel 'Throughput by outcome' ({{outcome}})"]))}

@@ -207,7 +207,7 @@ def _dashboard_exprs():
 
 def _grafana_to_promql(expr: str) -> str:
     """Grafana's variables, replaced as Grafana would before sending the query."""
-    out = expr.replace("$__rate_interval", "5m").replace("$concurrency", "10")
+    out = expr.replace("$__rate_interval", "5m")
     out = out.replace('"$namespace"', '"skiplock"').replace('"$queue"', '".*"')
     m = re.fullmatch(r"label_values\((.*),\s*\w+\)", out)
     return m.group(1) if m else out

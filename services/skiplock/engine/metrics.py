@@ -99,6 +99,14 @@ class Metrics:
                                       ["schedule", "reason"], registry=r)
         self.tasks_deleted = Counter("skiplock_tasks_deleted_total",
                                      "Finished tasks deleted by retention.", ["state"], registry=r)
+        self.workers = Gauge("skiplock_workers", "Live workers claiming from the queue (the worker registry).",
+                             ["queue"], registry=r)
+        self.workers_concurrency = Gauge("skiplock_workers_concurrency",
+                                         "Sum of the concurrency of the live workers claiming from the queue.",
+                                         ["queue"], registry=r)
+        self.workers_removed = Counter("skiplock_workers_removed_total",
+                                       "Worker registry rows removed because their heartbeat stopped "
+                                       "(the worker died without exiting).", registry=r)
 
         # dispatcher
         self.outbox_pending = Gauge("skiplock_outbox_pending",

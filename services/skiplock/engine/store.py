@@ -754,6 +754,29 @@ class Store:
                 claimable = conn.execute(self.sql["queue_claimable"]).fetchall()
         return counts, claimable
 
+    # -- the worker registry (skiplock.workers)
+    def register_worker(self, record: "WorkerRecord") -> bool:
+        """Insert a worker's row, or renew its heartbeat and in_flight. True when it inserted."""
+        return self._fetch("worker_register", dict(
+            id=record.id, host=record.host, pid=record.pid, queues=list(record.queues),
+            concurrency=record.concurrency, in_flight=record.in_flight, version=record.version,
+            lease_seconds=record.lease_seconds))[0][0]
+
+    def delete_worker(self, worker_id: str) -> bool:
+        """A clean exit; False when the row was already gone."""
+        return bool(self._fetch("worker_delete", {"id": worker_id}))
+
+    def delete_stale_workers(self, leases: float) -> list[tuple[str, str, int]]:
+        """Rows whose heartbeat is older than `leases` of their own leases: [(id, host, pid)]."""
+        return [tuple(r) for r in self._fetch("worker_delete_stale", {"leases": leases})]
+
+    def list_workers(self) -> list["WorkerRecord"]:
+        return [WorkerRecord(*row) for row in self._fetch("worker_list", {})]
+
+    def worker_queue_counts(self) -> list[tuple[str, int, int]]:
+        """[(queue, workers claiming from it, the sum of their concurrency)]."""
+        return [tuple(r) for r in self._fetch("worker_queue_counts", {})]
+
     # -- webhooks and the outbox
     def _sync_outbox_trigger(self, conn: psycopg.Connection) -> None:
         """Fan-out costs nothing while no endpoint is enabled: the trigger does not exist then.
@@ -909,6 +932,22 @@ class DeliveryRecord(NamedTuple):
     created_at: dt.datetime
     updated_at: dt.datetime
     delivered_at: dt.datetime | None
+
+
+class WorkerRecord(NamedTuple):
+    """A row of the worker registry: a worker as it registered itself, and its last heartbeat."""
+
+    id: str  # the lease_owner of its claims
+    host: str  # SKIPLOCK_POD_NAME, else the host name
+    pid: int
+    queues: list[str]
+    concurrency: int
+    in_flight: int
+    version: str
+    lease_seconds: float
+    started_at: dt.datetime | None = None  # the database's clock; None before it registered
+    heartbeat_at: dt.datetime | None = None
+    heartbeat_age_seconds: float | None = None
 
 
 def _parse_uuid(value: uuid.UUID | str, error: type[Exception], what: str) -> uuid.UUID:

@@ -1,4 +1,5 @@
-"""The maintenance services the scheduler runs: the reaper, retention and the queue gauges.
+"""The maintenance services the scheduler runs: the reaper, retention, the queue gauges, and the
+worker registry's removal of dead workers and its gauges.
 
 Each has `run_once()` returning what it did, and is safe to run in every replica at once: the
 reaper and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
@@ -120,3 +121,42 @@ class QueueGauges:
             self.metrics.queue_oldest_pending_age.labels(queue).set(age)
         return {queue: {"tasks": by_queue.get(queue, {}), "claimable": ages.get(queue, (0, 0.0))[0],
                         "oldest_age": ages.get(queue, (0, 0.0))[1]} for queue in self._queues}
+
+
+# a worker's registry row is stale when its heartbeat is older than this many of its leases
+STALE_WORKER_LEASES = 3
+
+
+class StaleWorkers:
+    """Deletes the registry rows of workers that died without exiting (kill -9, a lost node):
+    those whose heartbeat is older than STALE_WORKER_LEASES of their own leases. Their claims are
+    the reaper's, through the leases, whatever this does."""
+
+    def __init__(self, store: Store, metrics: Metrics, leases: float = STALE_WORKER_LEASES):
+        self.store, self.metrics, self.leases = store, metrics, leases
+
+    def run_once(self) -> int:
+        removed = self.store.delete_stale_workers(self.leases)
+        if removed:
+            self.metrics.workers_removed.inc(len(removed))
+            log.info("removed workers whose heartbeat stopped",
+                     extra={"workers": [worker_id for worker_id, _host, _pid in removed]})
+        return len(removed)
+
+
+class WorkerGauges:
+    """skiplock_workers{queue} and skiplock_workers_concurrency{queue}, from the worker registry."""
+
+    def __init__(self, store: Store, metrics: Metrics):
+        self.store, self.metrics = store, metrics
+        self._queues: set[str] = set()
+
+    def run_once(self) -> dict[str, tuple[int, int]]:
+        counts = {queue: (workers, concurrency) for queue, workers, concurrency in self.store.worker_queue_counts()}
+        # a queue whose last worker left reports 0, not its last value
+        self._queues |= set(counts)
+        for queue in self._queues:
+            workers, concurrency = counts.get(queue, (0, 0))
+            self.metrics.workers.labels(queue).set(workers)
+            self.metrics.workers_concurrency.labels(queue).set(concurrency)
+        return counts

@@ -18,7 +18,7 @@ from ..engine.metrics import Metrics
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .firing import Firer
-from .maintenance import QueueGauges, Reaper, Retention
+from .maintenance import QueueGauges, Reaper, Retention, StaleWorkers, WorkerGauges
 
 log = logging.getLogger("skiplock.scheduler")
 
@@ -41,6 +41,8 @@ class Scheduler:
             ("reaper", Reaper(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
             ("retention", Retention(store, self.metrics, retain).run_once, settings.retention_seconds),
+            ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
+            ("worker_gauges", WorkerGauges(store, self.metrics).run_once, settings.gauges_seconds),
         ]
         now = time.monotonic()
         self._next_run = {name: now + random.uniform(0, min(interval, 1.0)) for name, _, interval in self.services}

@@ -6,8 +6,9 @@ Threads, each with one job:
   N handler threads             - run sync handlers; async handlers run on one event-loop thread;
   writer                        - writes finished outcomes, many per round trip, fenced by lease,
                                   while the claimer claims (each has a connection of its own);
-  keeper                        - heartbeats every claim in one statement, enforces timeouts, and
-                                  runs the reaper fallback;
+  keeper                        - heartbeats every claim in one statement, enforces timeouts, runs
+                                  the reaper fallback, and renews this worker's registry row on the
+                                  heartbeat's period (worker/registry.py);
   listener                      - LISTEN connection (worker/listener.py);
   pod-cost                      - when SKIPLOCK_POD_DELETION_COST is on, keeps the pod's deletion cost
                                   near the in-flight count (worker/pod_cost.py).
@@ -46,6 +47,7 @@ from ..engine.store import Store
 from .context import Context
 from .listener import Listener
 from .pod_cost import PodDeletionCost
+from .registry import Registration
 from .tracebacks import bounded_traceback
 
 log = logging.getLogger("skiplock.worker")
@@ -183,6 +185,10 @@ class Worker:
         # built here, so that a missing client or configuration fails at startup
         self.pod_cost = (PodDeletionCost.from_settings(settings, lambda: len(self._runs), self.metrics)
                          if settings.pod_deletion_cost else None)
+        # this worker's row in skiplock.workers, written by the keeper while run() runs
+        self.registration = Registration(store, settings, self.name, self.config.queues,
+                                         self.config.concurrency, self.config.lease_seconds)
+        self._registering = False
 
     # ---- readiness -------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -213,6 +219,7 @@ class Worker:
 
     def run(self) -> int:
         """Claim and run until stopped; then drain, release and return the exit code."""
+        self._registering = True  # the keeper's first tick inserts the row
         self.start()
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
                                            "concurrency": self.config.concurrency,
@@ -385,6 +392,11 @@ class Worker:
         self._keeper_stop.set()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._registering:  # after the keeper stopped: no beat comes after the delete
+            try:
+                self.registration.remove()
+            except _DB_ERRORS as exc:
+                log.warning("could not remove this worker from the registry", extra={"error": _short(exc)})
         if self.listener is not None:
             self.listener.join(timeout=2)  # it sees the stop flag within half a second
         if self._loop is not None:
@@ -639,6 +651,7 @@ class Worker:
     def _keeper(self) -> None:
         next_beat = time.monotonic() + self.config.heartbeat_seconds
         next_reap = time.monotonic() + random.uniform(0, self.config.reaper_seconds)
+        next_registry_beat = time.monotonic()  # at once, then on the heartbeat's period
         tick = min(0.25, self.config.heartbeat_seconds / 4)
         while not self._keeper_stop.wait(tick):
             now = time.monotonic()
@@ -646,6 +659,9 @@ class Worker:
             if now >= next_beat:
                 next_beat = now + self.config.heartbeat_seconds
                 self.heartbeat_once()
+            if now >= next_registry_beat and self._registering:
+                next_registry_beat = now + self.config.heartbeat_seconds
+                self.registry_beat_once()
             if now >= next_reap and not self.stop.is_set():
                 next_reap = now + self.config.reaper_seconds
                 try:
@@ -686,6 +702,15 @@ class Worker:
         if lost:
             self._wake.set()  # their slots are free: claim into them now, not at the next poll
         return len(held)
+
+    def registry_beat_once(self) -> bool:
+        """Insert or renew this worker's registry row with its in-flight count."""
+        try:
+            self.registration.beat(len(self._runs))
+            return True
+        except _DB_ERRORS as exc:
+            log.warning("worker registry heartbeat failed", extra={"error": _short(exc)})
+            return False
 
     def reap_once(self) -> int:
         rows = self.store.reclaim_expired(self.config.max_reclaims)
