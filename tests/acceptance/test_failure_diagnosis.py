@@ -88,3 +88,23 @@ def test_text_logs_of_async_handlers_name_their_task(processes, db_url, db):
         assert any("skiplock.task.d.async_logs: async handler says hello" in line for line in mine)
         assert any("some.library: a library logs from inside the handler" in line for line in mine)
         assert all(" kind=d.async_logs queue=default attempt=1" in line for line in mine)
+
+
+def test_the_api_shows_the_max_attempts_in_force(processes, db_url, db):
+    declared = skiplock.enqueue(db_url, "d.seven", {})          # the kind declares 7
+    own = skiplock.enqueue(db_url, "d.seven", {}, max_attempts=4)
+    port = free_port()
+    api = start_api(processes, db_url, port)
+    wait_ready(api, f"http://127.0.0.1:{port}")
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=ADMIN, timeout=30) as client:
+        # before any claim only the task's own value is known: the API imports no handlers
+        assert [client.get(f"/v1/tasks/{i}").json()["max_attempts"] for i in (declared, own)] == [None, 4]
+        failing = skiplock.enqueue(db_url, "d.keyerror", {})    # the kind declares 2
+        worker = processes.spawn(db_url, tasks=HANDLERS)
+        wait_for(lambda: (_state(db, declared), _state(db, own), _state(db, failing))
+                 == ("completed", "completed", "failed"), 30, message="the three tasks finished")
+        shown = {i: client.get(f"/v1/tasks/{i}").json() for i in (declared, own, failing)}
+    assert [shown[i]["max_attempts"] for i in (declared, own, failing)] == [7, 4, 2]
+    assert (shown[failing]["attempts"], shown[failing]["max_attempts"]) == (2, 2)
+    worker.signal(2)
+    assert wait_exit(worker, 30)[0] == 0

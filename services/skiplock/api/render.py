@@ -75,7 +75,10 @@ TASK = Object({
     "payload": JsonObject(),
     "state": String(enum=STATES),
     "attempts": Integer("Executions that ended in an outcome."),
-    "max_attempts": Integer("null: the kind's (3 when the kind declares none).", nullable=True),
+    "max_attempts": Integer("Executions allowed before the task fails: the one it was enqueued with, else, from "
+                            "its first claim on, its kind's (`@task(max_attempts=)`, 3 when undeclared), which "
+                            "the claiming worker writes. null only while a task enqueued without one waits for "
+                            "its first claim (only workers know the kinds).", nullable=True),
     "reclaims": Integer("Times an expired lease was taken back."),
     "lease_owner": String(nullable=True), "lease_until": DateTime(nullable=True),
     "run_after": DateTime("Not claimed before this time."),

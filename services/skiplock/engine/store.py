@@ -13,7 +13,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -393,7 +393,8 @@ class Store:
         _use_generic_plans(conn)
         if use == "claims":
             conn.adapters.register_loader("jsonb", _JsonbLoader)
-            statement, params = "task_claim", dict(queues=["default"], limit=0, owner="", lease_seconds=1.0)
+            statement, params = "task_claim", dict(queues=["default"], limit=0, owner="", lease_seconds=1.0,
+                                                   kind_max_attempts=None)
         else:
             statement = "task_settle"
             params = {"settlements": Jsonb([{"id": uuid7().hex, "token": 0, "outcome": "completed"}])}
@@ -440,11 +441,15 @@ class Store:
                 return insert_tasks(conn, specs, self.schema)
 
     # -- worker
-    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float) -> list[ClaimedTask]:
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
+              kind_max_attempts: Mapping[str, int] | None = None) -> list[ClaimedTask]:
         """Lease up to `limit` claimable tasks of `queues` (on the claims connection, if this store
-        has worker connections)."""
+        has worker connections). A claimed task without max_attempts of its own gets its kind's
+        from `kind_max_attempts` ({kind: max_attempts}), if there."""
         rows = self._fetch("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                              lease_seconds=lease_seconds), pool=self._claim_pool)
+                                              lease_seconds=lease_seconds,
+                                              kind_max_attempts=_jsonb(kind_max_attempts)),
+                           pool=self._claim_pool)
         return [ClaimedTask._make(row) for row in rows]
 
     def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:

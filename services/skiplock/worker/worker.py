@@ -182,6 +182,9 @@ class Worker:
         for operation in ("completed", "failed", "retry", "step", "released", "heartbeat"):
             self.metrics.stale_writes_rejected.labels(operation)
         self.stop.on_set(self._wake.set)
+        # written by the claim onto tasks enqueued without max_attempts: the number in force, which
+        # the API shows without importing the handlers
+        self._kind_max_attempts = {kind: self.registry.get(kind).max_attempts for kind in self.registry.kinds()}
         # built here, so that a missing client or configuration fails at startup
         self.pod_cost = (PodDeletionCost.from_settings(settings, lambda: len(self._runs), self.metrics)
                          if settings.pod_deletion_cost else None)
@@ -293,7 +296,8 @@ class Worker:
             limit = 0
         if not limit:
             return 0, False
-        tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds)
+        tasks = self.store.claim(self.config.queues, limit, self.name, self.config.lease_seconds,
+                                 self._kind_max_attempts)
         if tasks:
             self._dispatch(tasks)
         with self._lock:
@@ -659,9 +663,7 @@ class Worker:
             if now >= next_beat:
                 next_beat = now + self.config.heartbeat_seconds
                 self.heartbeat_once()
-            # not while the database looks unreachable: the beat would wait for a connection and
-            # hold up the claims' heartbeats; the first beat after it answers again comes at once
-            if now >= next_registry_beat and self._registering and self._db_ok:
+            if now >= next_registry_beat and self._registering:
                 next_registry_beat = now + self.config.heartbeat_seconds
                 self.registry_beat_once()
             if now >= next_reap and not self.stop.is_set():

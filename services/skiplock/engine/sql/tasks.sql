@@ -75,6 +75,9 @@ picked AS MATERIALIZED (
     UPDATE skiplock.tasks AS t
     SET state = 'running',
         attempts = t.attempts + 1,
+        -- the budget in force, fixed at the first claim: the task's own, else its kind's as the
+        -- claiming worker declares it (workers know the kinds; the API shows the row)
+        max_attempts = coalesce(t.max_attempts, (%(kind_max_attempts)s::jsonb ->> t.kind)::integer),
         lease_token = nextval('skiplock.lease_tokens'),
         lease_owner = %(owner)s,
         lease_until = now() + %(lease_seconds)s * interval '1 second',
