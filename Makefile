@@ -31,7 +31,7 @@ test: $(TEST_STAMP) tools
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
 
-## tools: command-line tools the tests call (promtool)
+## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them)
 tools:
 	@scripts/install-test-tools
 

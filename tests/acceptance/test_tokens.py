@@ -50,9 +50,9 @@ def test_printed_entries_configure_the_api_and_the_printed_tokens_authenticate(p
     assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log "
                       "WHERE outcome = 'ok'").fetchall() == [("ops", "queue.pause", "mail", "ok")]
 
-    # the front door needs no token: / sends to /v1/, which says where everything is
+    # the front door needs no token: / sends to the console, /ui/; /v1/ says where everything is
     root = call("GET", "/", None)
-    assert (root.status_code, root.headers["Location"]) == (302, "/v1/")
+    assert (root.status_code, root.headers["Location"]) == (302, "/ui/")
     index = call("GET", "/v1/", None)
     assert index.status_code == 200, index.text
     body = index.json()

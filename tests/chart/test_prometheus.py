@@ -247,8 +247,9 @@ def test_prometheus_evaluates_every_query_against_the_live_services(deployment, 
                                     "('completed', 'failed')", (finished,)) == len(finished),
                  30, message=f"wave {wave} finished")
         if wave == 0:
-            wait_for(lambda: prometheus.query('skiplock_tasks_finished_total{outcome="failed"}'), 20,
-                     interval=0.25, message="the first failures scraped")
+            # both outcomes' series scraped before the second wave, so the rates have a before
+            wait_for(lambda: len(prometheus.query('skiplock_tasks_finished_total{outcome=~"failed|completed"}')) >= 2,
+                     20, interval=0.25, message="the first failures and completions scraped")
     assert _count(db, "SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND state = 'failed'", (finished,)) == 4
 
     # busy workers: every slot runs a long task, and tasks wait behind them in both worker queues
@@ -359,9 +360,15 @@ def test_prometheus_evaluates_every_query_against_the_live_services(deployment, 
     assert per_queue("in flight")["reports"] == CONCURRENCY
 
     # the failing kind shows in the throughput panel
-    outcomes = {s["metric"]["outcome"]: float(s["value"][1]) for s in prometheus.query(_grafana_to_promql(
-        panels["panel 'Throughput by outcome' ({{outcome}})"]))}
-    assert outcomes.get("failed", 0) > 0 and outcomes.get("completed", 0) > 0, outcomes
+    def outcome_rates() -> dict[str, float]:
+        return {s["metric"]["outcome"]: float(s["value"][1]) for s in prometheus.query(_grafana_to_promql(
+            panels["panel 'Throughput by outcome' ({{outcome}})"]))}
+    # the second wave's increase reaches the rate once a scrape after it is in (a loaded machine
+    # may need a few)
+    def both_outcomes():
+        rates = outcome_rates()
+        return rates if rates.get("failed", 0) > 0 and rates.get("completed", 0) > 0 else None
+    outcomes = wait_for(both_outcomes, 20, interval=0.5, message="failed and completed rates above 0")
     assert all(not math.isnan(v) for v in outcomes.values())
 
     # -- the stuck backlog's alert is active, and it is the only one

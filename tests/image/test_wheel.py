@@ -1,5 +1,6 @@
-"""The wheel carries its migrations: built from the source, installed into a fresh venv that cannot
-see the repository, its `skiplock migrate` applies every migration from a directory outside it."""
+"""The wheel carries its migrations and the web console's pages and assets: built from the source,
+installed into a fresh venv that cannot see the repository, its `skiplock migrate` applies every
+migration from a directory outside it."""
 
 from __future__ import annotations
 
@@ -16,11 +17,19 @@ MIGRATIONS = sorted(p.name for p in (ROOT / "services" / "skiplock" / "migration
 
 
 def test_an_installed_wheel_migrates_a_database_from_outside_the_repository(db_url, tmp_path, request):
-    cache = request.config.cache.mkdir("skiplock-dependency-wheels")
+    # kept between runs by pytest's cache, where that plugin is on
+    cache_plugin = getattr(request.config, "cache", None)
+    cache = cache_plugin.mkdir("skiplock-dependency-wheels") if cache_plugin else tmp_path / "wheels"
     wheel = build_wheel(tmp_path, cache)
     with zipfile.ZipFile(wheel) as archive:
         shipped = sorted(n.rpartition("/")[2] for n in archive.namelist() if n.startswith("skiplock/migrations/"))
     assert shipped == MIGRATIONS and len(shipped) >= 9
+    console = ROOT / "services" / "skiplock" / "api" / "console"
+    assets = sorted(str(p.relative_to(console)) for folder in ("templates", "static")
+                    for p in (console / folder).glob("*.*"))
+    with zipfile.ZipFile(wheel) as archive:
+        assert {f"skiplock/api/console/{a}" for a in assets} <= set(archive.namelist()), "console pages and assets"
+    assert "static/console.js" in assets and "templates/base.html" in assets
 
     bin_dir = install(wheel, tmp_path / "venv", cache)
     outside = tmp_path / "elsewhere"

@@ -25,6 +25,7 @@ from ..engine.settings import Settings
 from ..engine.store import Store
 from .audit import record_refusal
 from .auth import Authenticator
+from .console import mount_console
 from .context import KEY, ApiContext, api
 from .metrics import ApiMetrics
 from .render import error_response
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     app.register_error_handler(SkiplockError, _skiplock_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    mount_console(app)  # /ui/: the web console, an app of its own on this app's context
     return app
 
 

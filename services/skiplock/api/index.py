@@ -1,5 +1,5 @@
 """GET /v1/: what this server is and where its collections are, so that the URL `skiplock dev`
-prints answers something useful; GET / redirects there (a later web UI may take /).
+prints answers something useful; GET / redirects to the web console (/ui/).
 Public, like the OpenAPI document: it tells nothing a client could not read there, and reads no
 database. The links come from the app's URL map, so a new collection shows up by itself.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 
 from ..engine.version import package_version
+from .console import PREFIX as CONSOLE
 from .openapi import VERSION as API_VERSION
 from .operations import operation
 from .render import json_response
@@ -27,11 +28,10 @@ INDEX = Object({
 }, "Where to start.", required=("name", "version", "api_version", "openapi", "links"))
 
 
-@operation(bp, "GET", "/", summary="Redirect to /v1/", role=None, tag="health",
-           responses={302: ("Location: /v1/.", None)})
+@operation(bp, "GET", "/", summary="Redirect to the web console, /ui/", role=None, tag="health",
+           responses={302: ("Location: /ui/.", None)})
 def root():
-    # relative, so it still points at this API behind a proxy that adds a path prefix
-    return Response(status=302, headers={"Location": PREFIX})
+    return Response(status=302, headers={"Location": f"{CONSOLE}/"})
 
 
 @operation(bp, "GET", PREFIX, summary="What this server is and where its collections are", role=None,

@@ -663,7 +663,9 @@ class Worker:
             if now >= next_beat:
                 next_beat = now + self.config.heartbeat_seconds
                 self.heartbeat_once()
-            if now >= next_registry_beat and self._registering:
+            # not while the database looks unreachable: the beat would wait for a connection and
+            # hold up the claims' heartbeats; the first beat after it answers again comes at once
+            if now >= next_registry_beat and self._registering and self._db_ok:
                 next_registry_beat = now + self.config.heartbeat_seconds
                 self.registry_beat_once()
             if now >= next_reap and not self.stop.is_set():

@@ -1,0 +1,231 @@
+"""The console's pages and actions, and what runs around each of them: the session and its CSRF
+check, the security headers, the HTML error page.
+
+Every page reads through an API view and every button posts to an action that calls one, by
+its endpoint name (`call()`): the view's declared role is checked against the signed-in token,
+its query is validated with the API's parameter names, and a change commits with the API's audit
+row. No SQL and no store call here. A reader sees no buttons, and a forged POST still meets the
+role check (403).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flask import (Blueprint, Flask, Response, current_app, g, redirect, render_template, request,
+                   url_for)
+from werkzeug.datastructures import MultiDict
+from werkzeug.exceptions import HTTPException
+
+from ...engine.errors import Forbidden, SkiplockError, Unauthorized
+from ...engine.model import STATES, uuid7
+from ..audit import record_refusal
+from ..auth import ANONYMOUS, rank
+from ..context import api
+from ..schema import parse_query
+from .session import Sessions
+
+log = logging.getLogger("skiplock.api.console")
+
+bp = Blueprint("console", __name__)
+
+API_APP = "skiplock.console.api_app"
+SESSIONS = "skiplock.console.sessions"
+
+# Pages refresh their live part this often (static/console.js reads it from the page).
+REFRESH_SECONDS = 5
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+# Pages anyone may open without a session (the login form needs only its CSRF token).
+PUBLIC_ENDPOINTS = {"console.login", "console.login_submit", "static"}
+
+
+def _sessions() -> Sessions:
+    return current_app.extensions[SESSIONS]
+
+
+# ---- the request around every page --------------------------------------------------------------
+
+def install(app: Flask) -> None:
+    app.before_request(_open)
+    app.after_request(_close)
+    app.register_error_handler(SkiplockError, _skiplock_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.jinja_env.filters["pretty"] = _pretty
+    app.context_processor(_page_globals)
+
+
+def _open() -> Response | None:
+    g.request_id = uuid7().hex
+    g.operation = None
+    session = _sessions().read(request)
+    if session is None:
+        session = g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+    g.session = session
+    g.principal = session.principal
+    if request.method == "POST" and not Sessions.csrf_ok(session, request.form.get("csrf")):
+        raise Forbidden("the form's CSRF token is missing or stale: reload the page and try again")
+    if g.principal is None and request.endpoint not in PUBLIC_ENDPOINTS:
+        if request.method == "POST":
+            raise Unauthorized("sign in first")
+        return redirect(url_for("console.login"))
+    return None
+
+
+def _close(response: Response) -> Response:
+    new = g.get("new_session")
+    if new is not None:
+        _sessions().write(response, request, new)
+    response.headers.update(SECURITY_HEADERS)
+    response.headers["X-Request-Id"] = g.get("request_id", "")
+    return response
+
+
+def _page_globals() -> dict:
+    principal = g.get("principal")
+    return {"principal": principal, "csrf": g.session.csrf if g.get("session") else "",
+            "auth_disabled": not api().auth.enabled, "can": can, "refresh_seconds": REFRESH_SECONDS}
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _skiplock_error(exc: SkiplockError) -> tuple[str, int]:
+    if request.method == "POST" and g.get("operation") is not None and g.get("principal") is not None:
+        record_refusal(exc)  # the row the API writes for the same refusal
+    if isinstance(exc, (Unauthorized, Forbidden)):
+        log.warning("console request refused", extra={"code": exc.code, "method": request.method,
+                                                      "path": request.path, "request_id": g.get("request_id")})
+    return render_template("error.html", status=exc.status, code=exc.code, message=str(exc)), exc.status
+
+
+def _http_error(exc: HTTPException) -> tuple[str, int]:
+    return render_template("error.html", status=exc.code, code=exc.name, message=exc.description), exc.code or 500
+
+
+# ---- calling the API's views ------------------------------------------------------------------------
+
+def can(endpoint: str) -> bool:
+    """Whether the signed-in token's role may call the API view `endpoint` (buttons show only then)."""
+    principal = g.get("principal")
+    role = current_app.extensions[API_APP].view_functions[endpoint].operation.role
+    return principal is not None and (role is None or rank(principal.role) >= rank(role))
+
+
+def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None, body: dict | None = None) -> Any:
+    """Run the API view `endpoint` as the API would for this principal; its JSON answer.
+
+    Raises what the API would answer with (Forbidden, InvalidInput, TaskNotFound, ...)."""
+    view = current_app.extensions[API_APP].view_functions[endpoint]
+    op = view.operation
+    if op.role is not None:
+        api().auth.require(g.principal, op.role, f"{op.method} {op.rule}")
+    args = {name: field.from_text(str((path or {})[name]), name) for name, field in op.path.items()}
+    g.operation, g.audit = op, None
+    g.query = parse_query(op.query, query if query is not None else MultiDict())
+    g.headers = dict.fromkeys(op.headers)
+    g.body = None if op.body is None else op.body.parse(body or {}, "")
+    return view(**args).get_json()
+
+
+def _filters(names) -> MultiDict:
+    """The page's query parameters the API view knows, empty ones (a blank form field) left out."""
+    return MultiDict([(k, v) for k, v in request.args.items(multi=True) if k in names and v != ""])
+
+
+# ---- sign in and out -----------------------------------------------------------------------------------
+
+@bp.get("/login")
+def login():
+    if not api().auth.enabled or g.principal is not None:
+        return redirect(url_for("console.overview"))
+    return render_template("login.html", error=None)
+
+
+@bp.post("/login")
+def login_submit():
+    if not api().auth.enabled:
+        return redirect(url_for("console.overview"), 303)
+    token = request.form.get("token", "").strip()
+    try:
+        principal = api().auth.authenticate(f"Bearer {token}")
+    except Unauthorized:
+        log.warning("console sign-in refused", extra={"request_id": g.request_id})
+        return render_template("login.html", error="That token is not valid."), 401
+    g.new_session = g.session = _sessions().new(principal)
+    log.info("console sign-in", extra={"actor": principal.name, "request_id": g.request_id})
+    return redirect(url_for("console.overview"), 303)
+
+
+@bp.post("/logout")
+def logout():
+    g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+    return redirect(url_for("console.login"), 303)
+
+
+# ---- pages ---------------------------------------------------------------------------------------------
+
+@bp.get("/")
+def overview():
+    data = call("queues.overview")
+    return render_template("overview.html", queues=data["queues"], paused_kinds=data["paused_kinds"],
+                           states=STATES)
+
+
+def _listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]:
+    """A page of an API list view: its answer, the filters in force and the next page's URL
+    (keyset paging with the API's own cursor)."""
+    names = current_app.extensions[API_APP].view_functions[endpoint].operation.query
+    query = _filters(names)
+    page = call(endpoint, query=query)
+    next_url = None
+    if page["next_cursor"]:
+        following = query.copy()
+        following["cursor"] = page["next_cursor"]
+        next_url = url_for(page_endpoint, **following.to_dict())
+    query.pop("cursor", None)
+    return page, query.to_dict(), next_url
+
+
+@bp.get("/tasks")
+def tasks():
+    page, filters, next_url = _listing("tasks.list_tasks", "console.tasks")
+    return render_template("tasks.html", tasks=page["tasks"], filters=filters, states=STATES, next_url=next_url)
+
+
+@bp.get("/tasks/<task_id>")
+def task(task_id):
+    found = call("tasks.get_task", {"task_id": task_id})
+    events = call("tasks.task_events", {"task_id": task_id})["events"]
+    return render_template("task.html", task=found, events=events)
+
+
+@bp.get("/audit")
+def audit():
+    page, filters, next_url = _listing("audit.list_audit", "console.audit")
+    return render_template("audit.html", entries=page["entries"], filters=filters, next_url=next_url)
+
+
+# ---- actions: each one API view, then back to the page it was pressed on -----------------------------
+
+@bp.post("/tasks/<task_id>/<any(cancel, resume):action>")
+def task_action(task_id, action):
+    call(f"tasks.{action}_task", {"task_id": task_id}, body={"reason": None})
+    return redirect(url_for("console.task", task_id=task_id), 303)
+
+
+@bp.post("/queues/<name>/<any(pause, resume):action>")
+def queue_action(name, action):
+    call(f"queues.{action}_queue", {"name": name})
+    return redirect(url_for("console.overview"), 303)

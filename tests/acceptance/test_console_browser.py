@@ -1,0 +1,164 @@
+"""The web console in a real browser: Debian's Chromium driven by Playwright, against a real
+`skiplock api` (gunicorn, two workers: a session opened on one is honoured by the other), a real
+database with seeded tasks and a real worker. Signing in (and a bad token refused), the overview's
+numbers, filtering to a failed task, resuming it and watching the page reach `completed` by
+itself, pausing a queue, a reader without buttons whose forged POST is refused, and a POST
+without its CSRF token. Every page is screenshotted into the test's tmp dir and checked with axe
+(no serious or critical violation).
+
+Chromium must be installed (scripts/install-test-tools): when it cannot start, the test fails
+with one line; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import skiplock
+from tests.acceptance.test_api_process import start_api, wait_ready
+from tests.integration.test_api import TOKENS
+from tests.support.harness import free_port, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import Error, sync_playwright
+
+    with sync_playwright() as playwright:
+        try:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        except Error as exc:
+            pytest.fail(f"chromium cannot start ({CHROMIUM}): {str(exc).strip().splitlines()[0]}", pytrace=False)
+        yield chromium
+        chromium.close()
+
+
+class Pages:
+    """Screenshots every page it is shown into `directory` and runs axe on it."""
+
+    def __init__(self, directory: Path):
+        from axe_playwright_python.sync_playwright import Axe
+
+        self.directory, self.axe, self.saved = directory, Axe(), []
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def check(self, page, name: str) -> None:
+        path = self.directory / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        self.saved.append(path)
+        results = self.axe.run(page)
+        serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+        assert not serious, f"{name}: {results.generate_report()}"
+
+
+def sign_in(context, base: str, role: str):
+    page = context.new_page()
+    page.goto(f"{base}/")
+    assert page.url == f"{base}/ui/login"
+    page.fill("input[name=token]", TOKENS[role])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/ui/")
+    return page
+
+
+def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
+    from playwright.sync_api import expect
+
+    shots = Pages(tmp_path / "screenshots")
+    for queue in ("mail", "mail", "mail", "bulk"):
+        skiplock.enqueue(db_url, "t.noop", {}, queue=queue)
+    failing = skiplock.enqueue(db_url, "console.fail_first", {"report": "daily"}, queue="reports")
+    worker = processes.spawn(db_url, tasks="tests.support.console_handlers", env={"SKIPLOCK_QUEUES": "reports"})
+    processes.wait_ready(worker)
+    wait_for(lambda: db.execute("SELECT state FROM skiplock.tasks WHERE id = %s", (failing,)).fetchone()[0]
+             == "failed", 30, message="the seeded task failed")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(start_api(processes, db_url, port), base)
+
+    admin = browser.new_context()
+    # a bad token is refused
+    page = admin.new_page()
+    page.goto(f"{base}/ui/login")
+    shots.check(page, "login")
+    page.fill("input[name=token]", "not-a-token")
+    with page.expect_response(f"{base}/ui/login") as refused:
+        page.click("button[type=submit]")
+    assert refused.value.status == 401
+    expect(page.get_by_role("alert")).to_have_text("That token is not valid.")
+    page.close()
+
+    # signed in, the overview shows the seeded numbers
+    page = sign_in(admin, base, "admin")
+    mail = page.locator('tr[data-queue="mail"]')
+    expect(mail.locator('[data-state="queued"]')).to_have_text("3")
+    expect(mail.locator('[data-field="claimable"]')).to_have_text("3")
+    expect(page.locator('tr[data-queue="bulk"] [data-state="queued"]')).to_have_text("1")
+    expect(page.locator('tr[data-queue="reports"] [data-state="failed"]')).to_have_text("1")
+    expect(page.locator('tr[data-queue="reports"] [data-state="queued"]')).to_have_text("0")
+    shots.check(page, "overview")
+
+    # filter to the failed task, open it, resume it: the page reaches completed by itself
+    page.click("nav >> text=Tasks")
+    page.select_option("select[name=state]", "failed")
+    page.click("button:text('Filter')")
+    page.wait_for_url(re.compile(r".*/ui/tasks\?.*state=failed"))
+    rows = page.locator("tr[data-task]")
+    expect(rows).to_have_count(1)
+    shots.check(page, "tasks-failed")
+    rows.locator("a").click()
+    page.wait_for_url(f"{base}/ui/tasks/{failing}")
+    expect(page.locator('[data-field="state"]')).to_have_text("failed")
+    expect(page.locator('[data-field="error"]')).to_contain_text("first run fails on purpose")
+    expect(page.locator('[data-field="payload"]')).to_contain_text('"report": "daily"')
+    shots.check(page, "task-failed")
+    page.click("button:text('Resume')")
+    page.wait_for_url(f"{base}/ui/tasks/{failing}")
+    expect(page.locator('[data-field="state"]')).to_have_text("completed", timeout=30_000)
+    events = page.locator("table.events tbody tr td:nth-child(2)")
+    expect(events).to_contain_text(["queued", "running", "failed", "resumed", "running", "completed"])
+    expect(page.locator('[data-field="result"]')).to_contain_text('"runs": 2')
+    shots.check(page, "task-completed")
+
+    # pause a queue from the overview
+    page.click("nav >> text=Queues")
+    page.locator('tr[data-queue="mail"] button:text("Pause")').click()
+    page.wait_for_url(f"{base}/ui/")
+    expect(page.locator('tr[data-queue="mail"] [data-field="paused"]')).to_have_text("paused")
+    expect(page.locator('tr[data-queue="mail"] button:text("Resume")')).to_be_visible()
+    assert db.execute("SELECT scope, name FROM skiplock.pauses").fetchall() == [("queue", "mail")]
+    shots.check(page, "overview-paused")
+    page.click("nav >> text=Audit")
+    expect(page.locator("table.audit tbody tr").first).to_contain_text("queue.pause")
+    shots.check(page, "audit")
+    assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log ORDER BY id").fetchall() == [
+        ("admin-bot", "task.resume", str(failing), "ok"), ("admin-bot", "queue.pause", "mail", "ok")]
+
+    # a POST without its CSRF token is refused, even with a valid session
+    assert page.request.post(f"{base}/ui/queues/bulk/pause", form={}).status == 403
+
+    # a reader sees no action button, and a forged POST is refused
+    reader = browser.new_context()
+    page = sign_in(reader, base, "reader")
+    expect(page.locator("main button")).to_have_count(0)
+    expect(page.locator("nav >> text=Audit")).to_have_count(0)
+    shots.check(page, "overview-reader")
+    page.goto(f"{base}/ui/tasks/{failing}")
+    expect(page.locator("main button")).to_have_count(0)
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    for path in ("/ui/queues/bulk/pause", f"/ui/tasks/{failing}/cancel"):
+        assert page.request.post(f"{base}{path}", form={"csrf": csrf}).status == 403, path
+    assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 1
+    assert db.execute("SELECT count(*) FROM skiplock.audit_log").fetchone()[0] == 2
+
+    print("screenshots:", *shots.saved, sep="\n  ")
+    assert all(p.stat().st_size > 0 for p in shots.saved)
+    admin.close()
+    reader.close()

@@ -1,0 +1,169 @@
+"""The web console (/ui/) through Flask's test client on a real database: sign-in and its cookie,
+CSRF, roles (a reader sees no button and a forged POST is refused), the security headers, the
+pages' numbers and the audit rows its actions write. The browser tests are in
+tests/acceptance/test_console_browser.py."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from skiplock.api.app import close_app, create_app
+import skiplock
+from skiplock.engine.settings import Settings
+from tests.integration.test_api import TOKENS, api_settings
+
+
+@pytest.fixture
+def make_app(db_url):
+    apps = []
+
+    def make(settings=None, **overrides):
+        app = create_app(settings or api_settings(db_url, **overrides))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        close_app(app)
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def sign_in(client, role: str):
+    page = client.get("/ui/login")
+    r = client.post("/ui/login", data={"token": TOKENS[role], "csrf": csrf_of(page.text)})
+    assert (r.status_code, r.headers["Location"]) == (303, "/ui/"), r.text
+    return r
+
+
+def test_sign_in_sets_a_strict_httponly_expiring_cookie(make_app):
+    client = make_app().test_client()
+    assert client.get("/").headers["Location"] == "/ui/"
+    assert client.get("/v1/").status_code == 200
+    r = client.get("/ui/")
+    assert (r.status_code, r.headers["Location"]) == (302, "/ui/login")
+    login = client.get("/ui/login")
+    assert '<input id="token" name="token"' in login.text
+    r = sign_in(client, "reader")
+    cookie = r.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=28800" in cookie
+    assert "Secure" not in cookie and "Path=/ui/" in cookie
+    assert client.get("/ui/").status_code == 200
+    # behind a TLS-terminating proxy that says so, the cookie is Secure
+    behind = make_app().test_client()
+    page = behind.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
+    assert "; Secure" in page.headers["Set-Cookie"]
+
+
+def test_a_bad_token_or_a_tampered_cookie_is_refused(make_app):
+    client = make_app().test_client()
+    page = client.get("/ui/login")
+    r = client.post("/ui/login", data={"token": "not-a-token", "csrf": csrf_of(page.text)})
+    assert r.status_code == 401 and "That token is not valid." in r.text
+    assert client.get("/ui/").status_code == 302
+    sign_in(client, "admin")
+    cookie = client.get_cookie("skiplock_console", path="/ui/")
+    client.set_cookie("skiplock_console", cookie.value[:-2] + "xx", path="/ui/")
+    assert client.get("/ui/").headers["Location"] == "/ui/login"
+
+
+def test_a_post_without_its_csrf_token_is_refused(make_app, db):
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    assert client.post("/ui/queues/mail/pause").status_code == 403
+    assert client.post("/ui/queues/mail/pause", data={"csrf": "forged"}).status_code == 403
+    # nor can another browser sign itself in with a form it did not get (login CSRF)
+    assert make_app().test_client().post("/ui/login", data={"token": TOKENS["admin"]}).status_code == 403
+    assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 0
+    ok = client.post("/ui/queues/mail/pause", data={"csrf": csrf_of(client.get("/ui/").text)})
+    assert (ok.status_code, ok.headers["Location"]) == (303, "/ui/")
+    assert db.execute("SELECT scope, name FROM skiplock.pauses").fetchall() == [("queue", "mail")]
+
+
+def test_a_reader_sees_no_button_and_a_forged_post_is_refused(make_app, db_url, db):
+    task_id = skiplock.enqueue(db_url, "k", {}, queue="mail")
+    client = make_app().test_client()
+    sign_in(client, "reader")
+    overview = client.get("/ui/")
+    assert 'data-queue="mail"' in overview.text and "<button type=\"submit\">Pause" not in overview.text
+    assert "Cancel</button>" not in client.get(f"/ui/tasks/{task_id}").text
+    assert client.get("/ui/audit").status_code == 403
+    csrf = csrf_of(overview.text)  # the sign-out form's: a valid CSRF token, only the role is missing
+    assert client.post("/ui/queues/mail/pause", data={"csrf": csrf}).status_code == 403
+    assert client.post(f"/ui/tasks/{task_id}/cancel", data={"csrf": csrf}).status_code == 403
+    assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 0
+    assert db.execute("SELECT state FROM skiplock.tasks").fetchone()[0] == "queued"
+
+
+def test_actions_run_the_api_and_write_its_audit_rows(make_app, db_url, store, db):
+    task_id = skiplock.enqueue(db_url, "k", {"n": 1})
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    page = client.get(f"/ui/tasks/{task_id}")
+    assert "Cancel</button>" in page.text and "Resume</button>" not in page.text
+    r = client.post(f"/ui/tasks/{task_id}/cancel", data={"csrf": csrf_of(page.text)})
+    assert r.status_code == 303
+    page = client.get(f"/ui/tasks/{task_id}")
+    assert 'data-field="state">cancelled<' in page.text and "Resume</button>" in page.text
+    # resuming twice: the second is refused as the API refuses it, and audited the same way
+    csrf = csrf_of(page.text)
+    assert client.post(f"/ui/tasks/{task_id}/resume", data={"csrf": csrf}).status_code == 303
+    refused = client.post(f"/ui/tasks/{task_id}/resume", data={"csrf": csrf})
+    assert refused.status_code == 409 and "task.not_resumable" in refused.text
+    rows = db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log ORDER BY id").fetchall()
+    assert rows == [("admin-bot", "task.cancel", str(task_id), "ok"), ("admin-bot", "task.resume", str(task_id), "ok"),
+                    ("admin-bot", "task.resume", str(task_id), "task.not_resumable")]
+    audit = client.get("/ui/audit?action=task.resume")
+    assert audit.text.count("<td>task.resume</td>") == 2
+    events = [e.type for e in store.events(task_id)]
+    assert events == ["queued", "cancelled", "resumed"]
+    assert re.findall(r'<td class="num">(\d+)</td><td>(\w+)</td>', page.text) == [("1", "queued"), ("2", "cancelled")]
+
+
+def test_the_pages_show_the_numbers_and_page_with_the_api_cursor(make_app, db_url):
+    for queue in ("mail", "mail", "mail", "bulk"):
+        skiplock.enqueue(db_url, "k", {}, queue=queue)
+    client = make_app().test_client()
+    sign_in(client, "reader")
+    overview = client.get("/ui/").text
+    row = re.search(r'<tr data-queue="mail">(.*?)</tr>', overview, re.S).group(1)
+    assert re.search(r'data-state="queued">.*?>3</a>', row) and 'data-field="claimable">3<' in row
+    first = client.get("/ui/tasks?queue=mail&state=&limit=2")
+    assert first.status_code == 200 and first.text.count("<tr data-task=") == 2
+    following = re.search(r'<a rel="next" href="([^"]+)"', first.text).group(1).replace("&amp;", "&")
+    assert "cursor=" in following and "queue=mail" in following
+    second = client.get(following)
+    assert second.text.count("<tr data-task=") == 1 and 'rel="next"' not in second.text
+    # a filter the API refuses is refused here with the API's message
+    bad = client.get("/ui/tasks?state=sleeping")
+    assert bad.status_code == 400 and "request.invalid" in bad.text
+    assert client.get(f"/ui/tasks/{uuid.uuid4()}").status_code == 404
+
+
+def test_security_headers_and_packaged_assets(make_app):
+    client = make_app().test_client()
+    for path in ("/ui/login", "/ui/static/console.js", "/ui/nope"):
+        r = client.get(path)
+        csp = r.headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp, path
+        assert r.headers["Referrer-Policy"] == "no-referrer", path
+    page = client.get("/ui/login").text
+    assert "<script>" not in page and "<script " not in page.replace('<script src="/ui/static/console.js" defer>', "")
+    assert "http://" not in page and "https://" not in page
+    assert client.get("/ui/static/console.css").status_code == 200
+
+
+def test_without_authentication_every_page_says_so(make_app, db_url):
+    skiplock.enqueue(db_url, "k", {}, queue="q")
+    client = make_app(Settings(database_url=db_url, api_auth="disabled")).test_client()
+    page = client.get("/ui/")
+    assert page.status_code == 200 and "No authentication" in page.text
+    assert "No authentication" in client.get("/ui/tasks").text
+    # the CSRF check still holds
+    assert client.post("/ui/queues/q/pause").status_code == 403
+    assert client.post("/ui/queues/q/pause", data={"csrf": csrf_of(page.text)}).status_code == 303
