@@ -167,3 +167,36 @@ def test_without_authentication_every_page_says_so(make_app, db_url):
     # the CSRF check still holds
     assert client.post("/ui/queues/q/pause").status_code == 403
     assert client.post("/ui/queues/q/pause", data={"csrf": csrf_of(page.text)}).status_code == 303
+
+
+def test_schedules_webhooks_and_workers(make_app, db):
+    app = make_app()
+    client = app.test_client()
+    bearer = {"Authorization": f"Bearer {TOKENS['admin']}"}
+    assert client.post("/v1/schedules", headers=bearer,
+                       json={"name": "nightly", "kind": "reports.daily", "cron": "0 3 * * *"}).status_code == 201
+    hook = client.post("/v1/webhooks", headers=bearer, json={"url": "https://93.184.216.34/hook", "events": ["task.*"],
+                                                             "description": "billing"})
+    assert hook.status_code == 201 and hook.json["secret"]
+    sign_in(client, "admin")
+    page = client.get("/ui/schedules").text
+    assert '<tr data-schedule="nightly">' in page and "<code>0 3 * * *</code>" in page
+    assert client.post("/ui/schedules/nightly/pause", data={"csrf": csrf_of(page)}).status_code == 303
+    assert 'data-field="enabled">paused<' in client.get("/ui/schedules").text
+    page = client.get("/ui/webhooks").text
+    assert "https://93.184.216.34/hook" in page and hook.json["secret"] not in page
+    assert client.post(f"/ui/webhooks/{hook.json['id']}/disable", data={"csrf": csrf_of(page)}).status_code == 303
+    assert 'data-field="enabled">no (disabled by admin-bot)<' in client.get("/ui/webhooks").text
+    assert "No worker is running." in client.get("/ui/workers").text
+    rows = db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log WHERE actor = 'admin-bot' "
+                      "AND action IN ('schedule.update', 'webhook.disable') ORDER BY id").fetchall()
+    assert rows == [("admin-bot", "schedule.update", "nightly", "ok"),
+                    ("admin-bot", "webhook.disable", str(hook.json["id"]), "ok")]
+
+    reader = app.test_client()
+    sign_in(reader, "reader")
+    page = reader.get("/ui/schedules").text
+    assert '<tr data-schedule="nightly">' in page and "Resume</button>" not in page and "Webhooks</a>" not in page
+    assert reader.get("/ui/webhooks").status_code == 403
+    assert reader.post("/ui/schedules/nightly/resume", data={"csrf": csrf_of(page)}).status_code == 403
+    assert reader.get("/ui/workers").status_code == 200

@@ -217,6 +217,21 @@ def audit():
     return render_template("audit.html", entries=page["entries"], filters=filters, next_url=next_url)
 
 
+@bp.get("/schedules")
+def schedules():
+    return render_template("schedules.html", schedules=call("schedules.list_schedules")["schedules"])
+
+
+@bp.get("/webhooks")
+def webhooks():
+    return render_template("webhooks.html", webhooks=call("webhooks.list_webhooks")["webhooks"])
+
+
+@bp.get("/workers")
+def workers():
+    return render_template("workers.html", workers=call("workers.list_workers")["workers"])
+
+
 # ---- actions: each one API view, then back to the page it was pressed on -----------------------------
 
 @bp.post("/tasks/<task_id>/<any(cancel, resume):action>")
@@ -229,3 +244,16 @@ def task_action(task_id, action):
 def queue_action(name, action):
     call(f"queues.{action}_queue", {"name": name})
     return redirect(url_for("console.overview"), 303)
+
+
+@bp.post("/schedules/<name>/<any(pause, resume):action>")
+def schedule_action(name, action):
+    # the API pauses a schedule with PATCH {"enabled": false}
+    call("schedules.change_schedule", {"name": name}, body={"enabled": action == "resume"})
+    return redirect(url_for("console.schedules"), 303)
+
+
+@bp.post("/webhooks/<webhook_id>/<any(enable, disable):action>")
+def webhook_action(webhook_id, action):
+    call(f"webhooks.{action}_webhook", {"webhook_id": webhook_id})
+    return redirect(url_for("console.webhooks"), 303)
