@@ -195,6 +195,7 @@ def main(settings: Settings, demo: bool = True) -> int:
         print(f"[skiplock dev] metrics  http://127.0.0.1:{server.port}/metrics", flush=True)
         print(f"[skiplock dev] api      http://127.0.0.1:{api.port}/v1/ (no auth; "
               f"document at /v1/openapi.json)", flush=True)
+        print(f"[skiplock dev] console  http://127.0.0.1:{api.port}/ui/ (no auth)", flush=True)
         print(second_terminal(settings, api.port), end="", flush=True)
         if demo:
             apply_demo_schedule(store)

@@ -123,6 +123,8 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     page.wait_for_url(f"{base}/ui/tasks/{failing}")
     expect(page.locator('[data-field="state"]')).to_have_text("failed")
     expect(page.locator('[data-field="error"]')).to_contain_text("first run fails on purpose")
+    page.click("summary:text('Traceback')")
+    expect(page.locator('[data-field="traceback"]')).to_contain_text("raise Fail(")
     expect(page.locator('[data-field="payload"]')).to_contain_text('"report": "daily"')
     shots.check(page, "task-failed")
     page.click("button:text('Resume')")

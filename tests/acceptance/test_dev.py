@@ -102,6 +102,10 @@ def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, re
         assert response.status == 200
         index = json.loads(response.read())
     assert index["name"] == "skiplock" and index["links"]["tasks"] == "/v1/tasks"
+    # and the printed console URL shows the console, saying it has no authentication
+    console_url = re.search(r"^\[skiplock dev\] console +(http://127\.0\.0\.1:\d+/ui/) ", dev.log(), re.M).group(1)
+    with urllib.request.urlopen(console_url, timeout=5) as response:
+        assert response.status == 200 and "No authentication" in response.read().decode()
 
     # a webhook receiver on this machine, added from the second terminal, gets dev's deliveries
     receiver.expect_request("/hook", method="POST").respond_with_data("ok")
