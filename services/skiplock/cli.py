@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import sys
 
+from . import cli_tasks
 from .engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
 from .engine.settings import API_ROLES, Settings, check_name
 from .engine.version import package_version
@@ -79,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     wks = wk.add_subparsers(dest="action", required=True, metavar="ACTION")
     wl = wks.add_parser("list", help="show every live worker: host, queues, concurrency, in flight, heartbeat")
     wl.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
+
+    cli_tasks.add_parsers(sub)
 
     tk = sub.add_parser("tokens", help="make API credentials (SKIPLOCK_API_TOKENS entries)")
     tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -169,6 +172,9 @@ def _run(args) -> int:
 
     if args.command == "workers":
         return _workers(args, Settings.from_env())
+
+    if args.command in ("tasks", "queues", "kinds", "audit"):
+        return cli_tasks.run(args, Settings.from_env())
 
     if args.command == "dev":
         from . import dev

@@ -540,7 +540,7 @@ def test_dead_tasks_are_listed_from_their_own_index_among_many_finished(api, db,
     from skiplock.engine.queries import load
 
     params = dict(queue=None, state="failed", kind=None, created_after=None, created_before=None,
-                  cursor=None, limit=50)
+                  ids=None, idempotency_key=None, cursor=None, limit=50)
     plan = "\n".join(r[0] for r in psycopg.ClientCursor(db).execute(
         "EXPLAIN (COSTS OFF) " + load("skiplock")["task_list"], params).fetchall())
     assert "tasks_dead" in plan and "Seq Scan" not in plan, plan

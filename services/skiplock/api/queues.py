@@ -5,11 +5,12 @@ or a task kind. A pause is a flag: tasks stay queued and are not claimed until i
 
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, g
 
 from ..engine.errors import InvalidInput
 from ..engine.model import STATES
-from .audit import audited
+from ..engine.task_actions import set_paused
+from .audit import current_draft
 from .context import api
 from .operations import operation
 from .render import json_response
@@ -34,7 +35,11 @@ PAUSE = {"queue": Object({"queue": Name(), "paused": Boolean()}, required=("queu
 @operation(bp, "GET", "/v1/queues", summary="Overview of every queue", role="reader", tag="queues",
            responses={200: ("The queues.", OVERVIEW)})
 def overview():
-    store = api().store
+    return json_response(queue_overview(api().store))
+
+
+def queue_overview(store) -> dict:
+    """GET /v1/queues' answer (also `skiplock queues list`)."""
     counts, claimable = store.queue_stats()
     pauses = store.pauses()
     queues: dict[str, dict] = {}
@@ -50,19 +55,16 @@ def overview():
     for scope, name, _ in pauses:
         if scope == "queue":
             queue(name)["paused"] = True
-    return json_response({"queues": [queues[name] for name in sorted(queues)],
-                          "paused_kinds": sorted(name for scope, name, _ in pauses if scope == "kind")})
+    return {"queues": [queues[name] for name in sorted(queues)],
+            "paused_kinds": sorted(name for scope, name, _ in pauses if scope == "kind")}
 
 
 def _register(scope: str, plural: str, action: str) -> None:
     pause = action == "pause"
 
     def view(name):
-        with audited(name) as (tx, _draft):
-            if pause:
-                tx.pause(scope, name)
-            else:
-                tx.unpause(scope, name)
+        set_paused(api().store, scope, name, pause, actor=g.principal.name, request_id=g.request_id)
+        current_draft().written = True
         return json_response({scope: name, "paused": pause})
 
     view.__name__ = f"{action}_{scope}"

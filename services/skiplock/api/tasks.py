@@ -1,5 +1,6 @@
 """Tasks over HTTP: submit (one, with an optional Idempotency-Key, or a batch through the bulk
-path), list with keyset pagination, read one and its events, cancel and resume.
+path), list with keyset pagination, read one and its events, cancel and resume; retry, cancel or
+purge the tasks of a filter (engine/task_actions.py, shared with the `skiplock tasks` command).
 
 Views only translate: validation happened before they run (operations.py declarations), the
 semantics are the store's (engine/store.py), and each change commits with its audit row.
@@ -17,7 +18,10 @@ from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge,
                              TaskNotFound, TaskNotResumable)
 from ..engine.model import STATES
 from ..engine.store import TaskSpec
-from .audit import audited
+from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
+                                   TaskFilter, bulk)
+from ..engine.task_actions import cancel_task as cancel, resume_task as resume
+from .audit import audited, current_draft
 from .context import api
 from .operations import SMALL_BODY, operation
 from .render import EVENT, TASK, event_json, iso, json_response, page, page_response, task_json
@@ -127,6 +131,7 @@ def submit_batch():
            query={"queue": Name(), "state": String(enum=STATES), "kind": Name(),
                   "created_after": DateTime("Created at or after this time."),
                   "created_before": DateTime("Created before this time."),
+                  "id": Uuid("Only this task."), "idempotency_key": IDEMPOTENCY_KEY,
                   "limit": Integer(minimum=1, maximum=500, default=50),
                   "cursor": Uuid("next_cursor of the previous page.")},
            description="Keyset pagination on the task id (UUIDv7, time-ordered): tasks created while "
@@ -135,6 +140,8 @@ def submit_batch():
 def list_tasks():
     q = dict(g.query)
     limit = q.pop("limit")
+    task_id = q.pop("id")
+    q["ids"] = None if task_id is None else [task_id]
     return page_response("tasks", api().store.list_tasks(**q, limit=limit + 1), limit, task_json)
 
 
@@ -156,13 +163,6 @@ def task_events(task_id):
     return json_response({"events": [event_json(e) for e in events]})
 
 
-def _event_data(reason: str | None) -> dict:
-    data = {"by": g.principal.name}
-    if reason:
-        data["reason"] = reason
-    return data
-
-
 @operation(bp, "POST", "/v1/tasks/<task_id>/cancel", summary="Cancel a task", role="admin", tag="tasks",
            path=TASK_ID, body=REASON, body_required=False, audit="task.cancel",
            description="queued: cancelled at once. running: cancelling (its handler sees "
@@ -171,11 +171,10 @@ def _event_data(reason: str | None) -> dict:
            responses={200: ("The task after the request.", TASK)},
            errors=(InvalidInput, TaskNotFound, TaskNotCancellable))
 def cancel_task(task_id):
-    with audited(str(task_id)) as (tx, draft):
-        state = tx.cancel(task_id, _event_data(g.body.get("reason")))
-        task = tx.get(task_id)
-        draft.detail = {"state": state}
-    return json_response(task_json(task))
+    store = api().store
+    cancel(store, task_id, actor=g.principal.name, reason=g.body.get("reason"), request_id=g.request_id)
+    current_draft().written = True
+    return json_response(task_json(store.get(task_id)))
 
 
 @operation(bp, "POST", "/v1/tasks/<task_id>/resume", summary="Resume a failed or cancelled task", role="admin",
@@ -185,8 +184,55 @@ def cancel_task(task_id):
            responses={200: ("The task after the request.", TASK)},
            errors=(InvalidInput, TaskNotFound, TaskNotResumable))
 def resume_task(task_id):
-    with audited(str(task_id)) as (tx, draft):
-        state = tx.resume(task_id, _event_data(g.body.get("reason")))
-        task = tx.get(task_id)
-        draft.detail = {"state": state}
-    return json_response(task_json(task))
+    store = api().store
+    resume(store, task_id, actor=g.principal.name, reason=g.body.get("reason"), request_id=g.request_id)
+    current_draft().written = True
+    return json_response(task_json(store.get(task_id)))
+
+
+BULK_FILTER = {
+    "queue": Name(), "state": String(enum=STATES), "kind": Name(),
+    "created_after": DateTime("Created at or after this time."),
+    "created_before": DateTime("Created before this time."),
+    "ids": Array(Uuid(), "Only these tasks.", min_items=1, max_items=BULK_MAX_IDS),
+}
+BULK_RESULT = Object({"changed": Integer("How many tasks this request changed."),
+                      "limit": Integer("The limit it ran with: changed == limit means more may match.")},
+                     required=("changed", "limit"))
+BULK_SEMANTICS = {
+    "retry": "failed or cancelled tasks are queued again with attempts reset, as the single resume does "
+             "(event `resumed`).",
+    "cancel": "queued tasks are cancelled at once, running ones go to cancelling, as the single cancel does.",
+    "purge": "completed, failed and cancelled tasks are deleted with their events.",
+}
+
+
+def _bulk_view(action: str):
+    def view():
+        body = dict(g.body)
+        limit, reason = body.pop("limit"), body.pop("reason", None)
+        ids = body.pop("ids", None)
+        task_filter = TaskFilter(**body, ids=None if ids is None else tuple(ids))
+        changed = bulk(api().store, action, task_filter, actor=g.principal.name, limit=limit, reason=reason,
+                       request_id=g.request_id)
+        current_draft().written = True
+        return json_response({"changed": changed, "limit": limit})
+
+    view.__name__ = f"{action}_many"
+    states, audit_action = BULK_ACTIONS[action]
+    fields = {**BULK_FILTER, "limit": Integer(f"At most this many tasks change (default {BULK_DEFAULT_LIMIT}).",
+                                              minimum=1, maximum=BULK_MAX_LIMIT, default=BULK_DEFAULT_LIMIT)}
+    if action != "purge":
+        fields["reason"] = String("Recorded in each task's event.", max_length=1000, nullable=True)
+    operation(bp, "POST", f"/v1/tasks:{action}", summary=f"{action.capitalize()} the tasks of a filter",
+              role="admin", tag="tasks", audit=audit_action,
+              body=Object(fields, "Every given criterion must hold; give at least one."),
+              description=f"Acts on {', '.join(states)} tasks only: {BULK_SEMANTICS[action]} Others are left "
+                          f"alone, so a repeat changes only what is left. Oldest first, in transactions of "
+                          f"{BULK_BATCH_SIZE} rows (rows locked right now are skipped); one audit row with the "
+                          "count.",
+              responses={200: ("How many tasks changed.", BULK_RESULT)}, errors=(InvalidInput,))(view)
+
+
+for _action in BULK_ACTIONS:
+    _bulk_view(_action)

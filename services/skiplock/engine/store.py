@@ -523,6 +523,40 @@ class Store:
         state = self.get(task_id).state
         raise TaskNotResumable(f"task {task_id} is {state}; only failed or cancelled tasks can be resumed")
 
+    # -- bulk operator actions: the tasks of a filter, in batches of short transactions
+    def cancel_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
+        """Cancel up to `limit` queued or running tasks of `task_filter` (the keyword arguments of
+        list_tasks but cursor and limit), as cancel() does each; returns how many changed."""
+        return self._many("task_cancel_many", {**task_filter, "data": _jsonb(data)}, limit, **batching)
+
+    def retry_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
+        """Resume up to `limit` failed or cancelled tasks of `task_filter`, as resume() does each."""
+        return self._many("task_retry_many", {**task_filter, "data": _jsonb(data), "channel": self.channel},
+                          limit, **batching)
+
+    def purge_many(self, task_filter: dict, limit: int, **batching) -> int:
+        """Delete up to `limit` finished tasks of `task_filter` with their events."""
+        return self._many("task_purge_many", dict(task_filter), limit, **batching)
+
+    def _many(self, name: str, params: dict, limit: int, *, batch_size: int = 500,
+              last: Callable[["Store", int], None] | None = None) -> int:
+        """Run a `*_many` statement in transactions of at most `batch_size` rows until `limit` rows
+        changed or a batch comes back short. `last(tx, total)` runs in the last batch's transaction
+        (an audit row then commits with the batch that ends the action)."""
+        params = {**params, "ids": _id_list(params.get("ids"))}
+        total = 0
+        while True:
+            size = min(batch_size, limit - total)
+            with self.transaction() as tx:
+                changed = len(tx._fetch(name, {**params, "limit": size}))
+                total += changed
+                # short: nothing more matches, or the rest is locked right now (a repeat gets it)
+                done = changed < size or total >= limit
+                if done and last is not None:
+                    last(tx, total)
+            if done:
+                return total
+
     def pauses(self) -> list[tuple[str, str, dt.datetime]]:
         return self._fetch("pause_list", {})
 
@@ -589,10 +623,12 @@ class Store:
 
     def list_tasks(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
                    created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
+                   ids: Sequence[uuid.UUID] | None = None, idempotency_key: str | None = None,
                    cursor: uuid.UUID | None = None, limit: int = 50) -> list[Task]:
         """Newest first; `cursor` is the id of the last task of the previous page."""
         rows = self._fetch("task_list", dict(queue=queue, state=state, kind=kind, created_after=created_after,
-                                             created_before=created_before, cursor=cursor, limit=limit))
+                                             created_before=created_before, ids=_id_list(ids),
+                                             idempotency_key=idempotency_key, cursor=cursor, limit=limit))
         return [Task(*row) for row in rows]
 
     def lock_schedule(self, name: str) -> None:
@@ -997,3 +1033,7 @@ class FiredSchedule(NamedTuple):
 
 def _parse_id(task_id: uuid.UUID | str) -> uuid.UUID:
     return _parse_uuid(task_id, TaskNotFound, "task")
+
+
+def _id_list(ids: Sequence[uuid.UUID | str] | None) -> list[uuid.UUID] | None:
+    return None if ids is None else [_parse_id(i) for i in ids]

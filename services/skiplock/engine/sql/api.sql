@@ -9,11 +9,7 @@ SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclai
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at
 FROM skiplock.tasks
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
-  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+WHERE {{_task_filter}}
   AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
 ORDER BY id DESC
 LIMIT %(limit)s;

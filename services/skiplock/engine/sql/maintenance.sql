@@ -15,11 +15,7 @@ WITH doomed AS MATERIALIZED (
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), events AS (
-    DELETE FROM skiplock.task_events AS e USING doomed WHERE e.task_id = doomed.id
-)
-DELETE FROM skiplock.tasks AS t USING doomed WHERE t.id = doomed.id
-RETURNING t.id;
+), {{_task_delete_doomed}}
 
 -- name: schedule_fire_delete_old
 WITH doomed AS MATERIALIZED (

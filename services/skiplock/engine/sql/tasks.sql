@@ -266,38 +266,103 @@ WITH expired AS MATERIALIZED (
 )
 SELECT id, queue, state, (SELECT count(*) FROM wake) AS woken FROM reclaimed;
 
--- name: task_cancel
--- A queued task is cancelled at once; a running one is asked to stop ('cancelling'): its worker
--- learns it at the next heartbeat, and the reaper finishes the job if that worker is gone.
-WITH cancelled AS (
+-- name: _task_filter
+-- The operator's filter: a NULL parameter matches every task. Shared by the list and the bulk
+-- actions, so `tasks list` with a filter shows what a bulk action with that filter would touch.
+(%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+
+-- name: _task_cancel_ctes
+-- Cancels the tasks of `targets` (ids): a queued task at once; a running one is asked to stop
+-- ('cancelling'): its worker learns it at the next heartbeat, and the reclaim finishes the job if
+-- that worker is gone. Other states are left alone. One event per changed task, as the worker's
+-- transitions write them, so fencing (event_seq) and the outbox see it.
+cancelled AS (
     UPDATE skiplock.tasks AS t
     SET state = CASE WHEN t.state = 'queued' THEN 'cancelled' ELSE 'cancelling' END,
         finished_at = CASE WHEN t.state = 'queued' THEN now() END,
         updated_at = now(),
         event_seq = t.event_seq + 1
-    WHERE t.id = %(id)s AND t.state IN ('queued', 'running')
+    FROM targets
+    WHERE t.id = targets.id AND t.state IN ('queued', 'running')
     RETURNING t.id, t.state, t.event_seq, t.lease_token, t.attempts
-), events AS (
+), cancel_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq, state, lease_token, attempts, %(data)s::jsonb FROM cancelled
 )
+
+-- name: task_cancel
+WITH targets AS (SELECT %(id)s::uuid AS id), {{_task_cancel_ctes}}
 SELECT id, state FROM cancelled;
 
--- name: task_resume
--- Puts a failed or cancelled task back in the queue with a fresh attempt and reclaim budget.
-WITH resumed AS (
+-- name: task_cancel_many
+-- One batch of a bulk cancel: up to `limit` queued or running tasks of the filter, oldest first.
+-- SKIP LOCKED: a row a worker is settling now is left for a repeat (if it is still running then).
+WITH targets AS MATERIALIZED (
+    SELECT id FROM skiplock.tasks
+    WHERE state IN ('queued', 'running') AND {{_task_filter}}
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), {{_task_cancel_ctes}}
+SELECT id, state FROM cancelled;
+
+-- name: _task_resume_ctes
+-- Puts the failed or cancelled tasks of `targets` back in the queue with a fresh attempt and
+-- reclaim budget; one 'resumed' event each; one notification per queue woken.
+resumed AS (
     UPDATE skiplock.tasks AS t
     SET state = 'queued', attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
         updated_at = now(), event_seq = t.event_seq + 1
-    WHERE t.id = %(id)s AND t.state IN ('failed', 'cancelled')
+    FROM targets
+    WHERE t.id = targets.id AND t.state IN ('failed', 'cancelled')
     RETURNING t.id, t.queue, t.state, t.event_seq
-), events AS (
+), resume_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, attempt, data)
     SELECT id, event_seq, 'resumed', 0, %(data)s::jsonb FROM resumed
 ), wake AS (
-    SELECT pg_notify(%(channel)s, queue) FROM resumed
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM resumed) AS queues
 )
+
+-- name: task_resume
+WITH targets AS (SELECT %(id)s::uuid AS id), {{_task_resume_ctes}}
 SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
+
+-- name: task_retry_many
+-- One batch of a bulk retry (the single task's resume): up to `limit` failed or cancelled tasks
+-- of the filter, oldest first. SKIP LOCKED: a row retention is deleting now is left alone.
+WITH targets AS MATERIALIZED (
+    SELECT id FROM skiplock.tasks
+    WHERE state IN ('failed', 'cancelled') AND {{_task_filter}}
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), {{_task_resume_ctes}}
+SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
+
+-- name: task_purge_many
+-- One batch of a bulk purge: up to `limit` finished tasks (completed, failed, cancelled) of the
+-- filter, with their events, oldest first; what retention does, on the operator's filter.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM skiplock.tasks
+    WHERE state IN ('completed', 'failed', 'cancelled') AND {{_task_filter}}
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), {{_task_delete_doomed}};
+
+-- name: _task_delete_doomed
+-- The end of a delete of the tasks of a `doomed` CTE (ids) with their events; returns their ids.
+events AS (
+    DELETE FROM skiplock.task_events AS e USING doomed WHERE e.task_id = doomed.id
+)
+DELETE FROM skiplock.tasks AS t USING doomed WHERE t.id = doomed.id
+RETURNING t.id
 
 -- name: task_get
 -- With the traceback that goes with last_error: the newest event that recorded an error

@@ -1,0 +1,269 @@
+"""The operator's commands of `skiplock`: `tasks list|show|events|cancel|resume|retry`,
+`queues list|pause|resume`, `kinds pause|resume`, `audit list`.
+
+They read SKIPLOCK_DATABASE_URL like every command and run what the API's routes run: the same
+validation of filters (the routes' declared fields), the same store calls and the same audit rows
+(engine/task_actions.py), the actor being `cli:<os user>`. Output: an aligned table, or with
+`-o json` one JSON document, the API's answer to the same request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import json
+import os
+
+from werkzeug.datastructures import MultiDict
+
+from .engine.errors import InvalidInput
+from .engine.settings import Settings
+from .engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
+                                   set_paused)
+
+# --option → the API's query parameter it sets
+TASK_FILTERS = {"queue": "queue", "state": "state", "kind": "kind", "created_after": "created-after",
+                "created_before": "created-before"}
+
+
+def add_parsers(sub) -> None:
+    """Add the commands to `skiplock`'s subparsers."""
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                     help="an aligned table (default) or one JSON document, the API's answer")
+    filters = argparse.ArgumentParser(add_help=False)
+    for dest, flag in TASK_FILTERS.items():
+        filters.add_argument(f"--{flag}", dest=dest, metavar=dest.upper().replace("_", "-"))
+
+    tk = sub.add_parser("tasks", help="list, inspect, cancel, resume or retry tasks")
+    tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = tks.add_parser("list", parents=[out, filters], help="tasks newest first (GET /v1/tasks's filters)")
+    ls.add_argument("--id", action="append", help="only this task")
+    ls.add_argument("--idempotency-key")
+    ls.add_argument("--limit", default="50", help="tasks per page, 1-500 (default 50)")
+    ls.add_argument("--cursor", help="the next page: the cursor the previous page printed")
+    for action in ("show", "events"):
+        a = tks.add_parser(action, parents=[out], help="one task" if action == "show" else "a task's events")
+        a.add_argument("id")
+    for action, text in (("cancel", "cancel a task, or with --all the queued and running tasks of a filter"),
+                         ("resume", "queue a failed or cancelled task again; --all: the tasks of a filter"),
+                         ("retry", "the same as resume (--all: POST /v1/tasks:retry)")):
+        a = tks.add_parser(action, parents=[out, filters], help=text)
+        a.add_argument("id", nargs="?", help="the task (not with --all)")
+        a.add_argument("--all", action="store_true", help="every task of the filter, up to --limit")
+        a.add_argument("--id", dest="ids", action="append", help="with --all: only these tasks (repeat it)")
+        a.add_argument("--limit", type=int, default=BULK_DEFAULT_LIMIT,
+                       help=f"with --all: at most this many tasks change (default {BULK_DEFAULT_LIMIT})")
+        a.add_argument("--reason", help="recorded in each task's event")
+
+    qs = sub.add_parser("queues", help="queue overview; pause or resume a queue")
+    qss = qs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    qss.add_parser("list", parents=[out], help="tasks per state, claimable, paused (GET /v1/queues)")
+    kd = sub.add_parser("kinds", help="pause or resume a task kind in every queue")
+    kds = kd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for subs in (qss, kds):
+        for action in ("pause", "resume"):
+            subs.add_parser(action, parents=[out]).add_argument("name")
+
+    au = sub.add_parser("audit", help="the audit log")
+    aus = au.add_subparsers(dest="action", required=True, metavar="ACTION")
+    al = aus.add_parser("list", parents=[out], help="entries newest first (GET /v1/audit's filters)")
+    for name in ("action", "actor", "target", "limit", "cursor"):
+        al.add_argument(f"--{name}")
+
+
+def actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return f"cli:uid-{os.getuid()}"
+
+
+def run(args, settings: Settings) -> int:
+    from .engine.store import Store
+
+    # parse and validate before connecting: a bad filter fails without a database
+    work = _plan(args)
+    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    try:
+        body, table = work(store)
+    finally:
+        store.close()
+    if args.output == "json":
+        print(json.dumps(body, indent=2, default=str))
+    else:
+        table()
+    return 0
+
+
+def _query(operation, values: dict, flags: dict[str, str]) -> dict:
+    """Options checked as the route checks its query string; errors name the option."""
+    from .api.schema import parse_query
+
+    given = MultiDict([(k, v) for k, vs in values.items() if vs is not None
+                       for v in (vs if isinstance(vs, list) else [vs])])
+    try:
+        return parse_query(operation.query, given)
+    except InvalidInput as exc:
+        name, _, rest = str(exc).partition(":")
+        raise InvalidInput(f"--{flags.get(name, name).replace('_', '-')}:{rest}") from None
+
+
+def _plan(args):
+    """The command as a function of the store returning (JSON body, table printer)."""
+    from .api import render
+
+    if args.command == "tasks" and args.action == "list":
+        from .api.tasks import list_tasks
+
+        q = _query(list_tasks.operation, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
+                                          "idempotency_key": args.idempotency_key, "limit": args.limit,
+                                          "cursor": args.cursor}, TASK_FILTERS)
+        limit, task_id = q.pop("limit"), q.pop("id")
+
+        def list_(store):
+            rows = store.list_tasks(**q, ids=None if task_id is None else [task_id], limit=limit + 1)
+            more, rows = len(rows) > limit, rows[:limit]
+            body = {"tasks": [render.task_json(t) for t in rows], "next_cursor": str(rows[-1].id) if more else None}
+            return body, lambda: _tasks_table(body)
+        return list_
+
+    if args.command == "tasks" and args.action in ("show", "events"):
+        def show(store):
+            if args.action == "show":
+                task = render.task_json(store.get(args.id))
+                return task, lambda: _print_table(("FIELD", "VALUE"), [(k, _cell(v)) for k, v in task.items()], "")
+            events = store.events(args.id)
+            if not events:  # every task has its 'queued' event: none means no task
+                store.get(args.id)
+            body = {"events": [render.event_json(e) for e in events]}
+            return body, lambda: _print_table(
+                ("SEQ", "TYPE", "AT (UTC)", "ATTEMPT", "DATA"),
+                [(str(e["seq"]), e["type"], _cell(e["at"]), _cell(e["attempt"]), _cell(e["data"]))
+                 for e in body["events"]], "no events")
+        return show
+
+    if args.command == "tasks":
+        return _task_action(args)
+
+    if args.command in ("queues", "kinds") and args.action in ("pause", "resume"):
+        from .api.schema import Name
+
+        scope = "queue" if args.command == "queues" else "kind"
+        name = Name().from_text(args.name, scope)
+        paused = args.action == "pause"
+
+        def pause(store):
+            set_paused(store, scope, name, paused, actor=actor())
+            return {scope: name, "paused": paused}, lambda: print(f"{'paused' if paused else 'resumed'}: {name}")
+        return pause
+
+    if args.command == "queues":
+        from .api.queues import queue_overview
+
+        def queues(store):
+            body = queue_overview(store)
+            states = list(body["queues"][0]["tasks"]) if body["queues"] else []
+            rows = [(q["name"], *(str(q["tasks"][s]) for s in states), str(q["claimable"]),
+                     _cell(None if q["oldest_claimable_age_seconds"] is None
+                           else f"{q['oldest_claimable_age_seconds']:.1f}s"), "yes" if q["paused"] else "no")
+                    for q in body["queues"]]
+
+            def table():
+                _print_table(("QUEUE", *(s.upper() for s in states), "CLAIMABLE", "OLDEST", "PAUSED"), rows,
+                             "no queues")
+                if body["paused_kinds"]:
+                    print(f"paused kinds: {', '.join(body['paused_kinds'])}")
+            return body, table
+        return queues
+
+    if args.command == "audit":
+        from .api.audit import list_audit
+
+        q = _query(list_audit.operation, {k: getattr(args, k) for k in ("action", "actor", "target", "limit",
+                                                                        "cursor")}, {})
+
+        def audit(store):
+            limit, cursor = q["limit"], q["cursor"]
+            rows = store.audit_entries(action=q["action"], actor=q["actor"], target=q["target"],
+                                       cursor=None if cursor is None else int(cursor), limit=limit + 1)
+            more, rows = len(rows) > limit, rows[:limit]
+            body = {"entries": [render.audit_json(e) for e in rows], "next_cursor": str(rows[-1].id) if more else None}
+            return body, lambda: _page_table(
+                ("ID", "AT (UTC)", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"),
+                [(str(e["id"]), _cell(e["at"]), e["actor"], e["action"], _cell(e["target"]), e["outcome"],
+                  _cell(e["detail"])) for e in body["entries"]], "no audit entries", body["next_cursor"])
+        return audit
+    raise AssertionError(args.command)
+
+
+def _task_action(args):
+    """cancel, resume or retry: one task by id, or with --all the tasks of a filter."""
+    from .api import render
+
+    if args.all == (args.id is not None):
+        raise InvalidInput(f"{args.action}: give a task id or --all with a filter, not "
+                           f"{'both' if args.all else 'neither'}")
+    if not args.all:
+        if args.ids or any(getattr(args, k) is not None for k in TASK_FILTERS):
+            raise InvalidInput(f"{args.action}: filters go with --all, not with a task id")
+
+        def one(store):
+            change = cancel_task if args.action == "cancel" else resume_task
+            state = change(store, args.id, actor=actor(), reason=args.reason)
+            return render.task_json(store.get(args.id)), lambda: print(f"{state}: {args.id}")
+        return one
+
+    from .api.tasks import list_tasks
+
+    q = _query(list_tasks.operation, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
+    ids = None
+    if args.ids:
+        from .api.schema import Uuid
+
+        ids = tuple(Uuid().from_text(i, "--id") for i in args.ids)
+    task_filter = TaskFilter(**{k: q[k] for k in TASK_FILTERS}, ids=ids)
+    action = "cancel" if args.action == "cancel" else "retry"
+    check_bulk(action, task_filter, args.limit)
+
+    def many(store):
+        changed = bulk(store, action, task_filter, actor=actor(), limit=args.limit, reason=args.reason)
+        verb = "cancelled" if action == "cancel" else "retried"
+        return {"changed": changed, "limit": args.limit}, lambda: print(
+            f"{verb}: {changed} task{'' if changed == 1 else 's'}" + (" (the limit: more may match)"
+                                                                     if changed == args.limit else ""))
+    return many
+
+
+def _tasks_table(body: dict) -> None:
+    _page_table(("ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "CREATED (UTC)", "LAST ERROR"),
+                [(t["id"], t["kind"], t["queue"], t["state"],
+                  f"{t['attempts']}/{t['max_attempts']}" if t.get("max_attempts") else str(t["attempts"]),
+                  _cell(t["created_at"]), _cell(t["last_error"])[:60]) for t in body["tasks"]],
+                "no tasks", body["next_cursor"])
+
+
+def _page_table(header, rows, empty: str, next_cursor: str | None) -> None:
+    _print_table(header, rows, empty)
+    if next_cursor:
+        print(f"more: --cursor {next_cursor}")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        if value.endswith("Z") and "T" in value:  # a time from render.iso: to the second
+            try:
+                return dt.datetime.fromisoformat(value[:-1]).strftime("%Y-%m-%d %H:%M:%S")
+            except ValueError:
+                pass
+        return " ".join(value.split())
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _print_table(header, rows, empty: str) -> None:
+    from .cli import _print_table as print_table
+
+    print_table(header, rows, empty)
