@@ -17,7 +17,7 @@ import os
 
 from werkzeug.datastructures import MultiDict
 
-from .engine.errors import InvalidInput
+from .engine.errors import InvalidInput, SkiplockError
 from .engine.settings import Settings
 from .engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
                                    set_paused)
@@ -87,7 +87,11 @@ def run(args, settings: Settings) -> int:
     work = _plan(args)
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
-        body, table = work(store)
+        try:
+            body, table = work(store)
+        except SkiplockError as exc:
+            _record_refusal(store, getattr(work, "audit", None), exc)
+            raise
     finally:
         store.close()
     if args.output == "json":
@@ -95,6 +99,15 @@ def run(args, settings: Settings) -> int:
     else:
         table()
     return 0
+
+
+def _record_refusal(store, audit: tuple[str, str | None] | None, exc: SkiplockError) -> None:
+    """A refused change (not found, not cancellable): its audit row, as the API writes one."""
+    if audit is None or not 400 <= exc.status < 500:
+        return
+    action, target = audit
+    store.audit(actor=actor(), action=action, target=target, request_id=None, outcome=exc.code,
+                detail={"message": " ".join(str(exc).split())[:500]})
 
 
 def _query(operation, values: dict, flags: dict[str, str]) -> dict:
@@ -213,6 +226,7 @@ def _task_action(args):
             change = cancel_task if args.action == "cancel" else resume_task
             state = change(store, args.id, actor=actor(), reason=args.reason)
             return render.task_json(store.get(args.id)), lambda: print(f"{state}: {args.id}")
+        one.audit = ("task.cancel" if args.action == "cancel" else "task.resume", args.id)
         return one
 
     from .api.tasks import list_tasks

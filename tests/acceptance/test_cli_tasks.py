@@ -92,9 +92,12 @@ def test_single_cancel_resume_and_pausing(db, db_url):
     assert [(q["name"], q["tasks"]["queued"], q["paused"]) for q in overview["queues"]] == [("default", 1, True)]
     assert "paused kinds: k" in ok("queues", "list", url=db_url)
     ok("queues", "resume", "default", url=db_url)
-    assert db.execute("SELECT actor, action, target FROM skiplock.audit_log ORDER BY id").fetchall() == [
-        (ACTOR, "task.cancel", str(task_id)), (ACTOR, "task.resume", str(task_id)),
-        (ACTOR, "queue.pause", "default"), (ACTOR, "kind.pause", "k"), (ACTOR, "queue.resume", "default")]
+    refused = skiplock("tasks", "resume", str(task_id), url=db_url)
+    assert (refused.returncode, refused.stderr.count("\n")) == (1, 1) and "only failed or cancelled" in refused.stderr
+    assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log ORDER BY id").fetchall() == [
+        (ACTOR, "task.cancel", str(task_id), "ok"), (ACTOR, "task.resume", str(task_id), "ok"),
+        (ACTOR, "queue.pause", "default", "ok"), (ACTOR, "kind.pause", "k", "ok"),
+        (ACTOR, "queue.resume", "default", "ok"), (ACTOR, "task.resume", str(task_id), "task.not_resumable")]
 
 
 @pytest.mark.parametrize("args, words", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 
+import psycopg
 import pytest
 
 from skiplock.engine.errors import TaskNotResumable
@@ -122,3 +123,13 @@ def test_listing_by_id_and_idempotency_key(api, store):
     [keyed, other] = store.enqueue([TaskSpec("k", {}, idempotency_key="order-7"), TaskSpec("k", {})])
     assert [t["id"] for t in api.get("/v1/tasks?idempotency_key=order-7").get_json()["tasks"]] == [str(keyed)]
     assert [t["id"] for t in api.get(f"/v1/tasks?id={other}").get_json()["tasks"]] == [str(other)]
+
+
+def test_rows_locked_elsewhere_are_skipped_and_left_for_a_repeat(api, db, db_url):
+    failed = seed(db, "failed", 4)
+    with psycopg.connect(db_url) as other:  # a transaction holding one row, as a settling worker would
+        other.execute("SELECT 1 FROM skiplock.tasks WHERE id = %s FOR UPDATE", (failed[0],))
+        assert api.post("/v1/tasks:retry", json={"state": "failed"}).get_json()["changed"] == 3
+        assert states(db, failed[:1]) == {"failed": 1}
+    assert api.post("/v1/tasks:retry", json={"state": "failed"}).get_json()["changed"] == 1
+    assert states(db, failed) == {"queued": 4}
