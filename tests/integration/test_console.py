@@ -169,7 +169,7 @@ def test_without_authentication_every_page_says_so(make_app, db_url):
     assert client.post("/ui/queues/q/pause", data={"csrf": csrf_of(page.text)}).status_code == 303
 
 
-def test_schedules_webhooks_and_workers(make_app, db):
+def test_schedules_webhooks_deliveries_kinds_and_workers(make_app, db):
     app = make_app()
     client = app.test_client()
     bearer = {"Authorization": f"Bearer {TOKENS['admin']}"}
@@ -178,7 +178,25 @@ def test_schedules_webhooks_and_workers(make_app, db):
     hook = client.post("/v1/webhooks", headers=bearer, json={"url": "https://93.184.216.34/hook", "events": ["task.*"],
                                                              "description": "billing"})
     assert hook.status_code == 201 and hook.json["secret"]
+    task_id = client.post("/v1/tasks", headers=bearer, json={"kind": "k"}).json["id"]
+    db.execute("UPDATE skiplock.webhook_deliveries SET state = 'dead', attempts = 8, last_status = 500, "
+               "last_error = 'HTTP 500'")
     sign_in(client, "admin")
+    page = client.get("/ui/webhooks").text
+    assert re.search(r'data-field="dead"><a href="[^"]+">1</a>', page) and "Redeliver</button>" in page
+    dead = client.get("/ui/deliveries?state=dead").text
+    [delivery_id] = re.findall(r'<tr data-delivery="([^"]+)">', dead)
+    assert "HTTP 500" in dead and "Redeliver</button>" in dead
+    assert client.post(f"/ui/deliveries/{delivery_id}/redeliver", data={"csrf": csrf_of(dead)}).status_code == 303
+    assert db.execute("SELECT state, attempts FROM skiplock.webhook_deliveries").fetchall() == [("pending", 0)]
+    assert "No delivery matches." in client.get("/ui/deliveries?state=dead").text
+    # a task's kind paused from its page, resumed from the overview
+    page = client.get(f"/ui/tasks/{task_id}").text
+    assert client.post("/ui/kinds/k/pause", data={"csrf": csrf_of(page)}).status_code == 303
+    overview = client.get("/ui/").text
+    assert '<li data-kind="k">' in overview
+    assert client.post("/ui/kinds/k/resume", data={"csrf": csrf_of(overview)}).status_code == 303
+    assert '<li data-kind="k">' not in client.get("/ui/").text
     page = client.get("/ui/schedules").text
     assert '<tr data-schedule="nightly">' in page and "<code>0 3 * * *</code>" in page
     assert client.post("/ui/schedules/nightly/pause", data={"csrf": csrf_of(page)}).status_code == 303
@@ -189,14 +207,16 @@ def test_schedules_webhooks_and_workers(make_app, db):
     assert 'data-field="enabled">no (disabled by admin-bot)<' in client.get("/ui/webhooks").text
     assert "No worker is running." in client.get("/ui/workers").text
     rows = db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log WHERE actor = 'admin-bot' "
-                      "AND action IN ('schedule.update', 'webhook.disable') ORDER BY id").fetchall()
-    assert rows == [("admin-bot", "schedule.update", "nightly", "ok"),
+                      "AND action NOT IN ('schedule.create', 'webhook.create', 'task.submit') ORDER BY id").fetchall()
+    assert rows == [("admin-bot", "delivery.redeliver", delivery_id, "ok"), ("admin-bot", "kind.pause", "k", "ok"),
+                    ("admin-bot", "kind.resume", "k", "ok"), ("admin-bot", "schedule.update", "nightly", "ok"),
                     ("admin-bot", "webhook.disable", str(hook.json["id"]), "ok")]
 
     reader = app.test_client()
     sign_in(reader, "reader")
     page = reader.get("/ui/schedules").text
     assert '<tr data-schedule="nightly">' in page and "Resume</button>" not in page and "Webhooks</a>" not in page
-    assert reader.get("/ui/webhooks").status_code == 403
+    assert reader.get("/ui/webhooks").status_code == 403 and reader.get("/ui/deliveries").status_code == 403
+    assert "Pause kind" not in reader.get(f"/ui/tasks/{task_id}").text
     assert reader.post("/ui/schedules/nightly/resume", data={"csrf": csrf_of(page)}).status_code == 403
     assert reader.get("/ui/workers").status_code == 200

@@ -24,6 +24,7 @@ from ...engine.model import STATES, uuid7
 from ..audit import record_refusal
 from ..auth import ANONYMOUS, rank
 from ..context import api
+from ..deliveries import DELIVERY_STATES
 from ..schema import parse_query
 from .session import Sessions
 
@@ -227,6 +228,13 @@ def webhooks():
     return render_template("webhooks.html", webhooks=call("webhooks.list_webhooks")["webhooks"])
 
 
+@bp.get("/deliveries")
+def deliveries():
+    page, filters, next_url = _listing("deliveries.list_deliveries", "console.deliveries")
+    return render_template("deliveries.html", deliveries=page["deliveries"], filters=filters, next_url=next_url,
+                           states=DELIVERY_STATES)
+
+
 @bp.get("/workers")
 def workers():
     return render_template("workers.html", workers=call("workers.list_workers")["workers"])
@@ -240,9 +248,9 @@ def task_action(task_id, action):
     return redirect(url_for("console.task", task_id=task_id), 303)
 
 
-@bp.post("/queues/<name>/<any(pause, resume):action>")
-def queue_action(name, action):
-    call(f"queues.{action}_queue", {"name": name})
+@bp.post("/<any(queue, kind):scope>s/<name>/<any(pause, resume):action>")
+def pause_action(scope, name, action):
+    call(f"queues.{action}_{scope}", {"name": name})
     return redirect(url_for("console.overview"), 303)
 
 
@@ -256,4 +264,16 @@ def schedule_action(name, action):
 @bp.post("/webhooks/<webhook_id>/<any(enable, disable):action>")
 def webhook_action(webhook_id, action):
     call(f"webhooks.{action}_webhook", {"webhook_id": webhook_id})
+    return redirect(url_for("console.webhooks"), 303)
+
+
+@bp.post("/deliveries/<delivery_id>/redeliver")
+def delivery_action(delivery_id):
+    call("deliveries.redeliver", {"delivery_id": delivery_id})
+    return redirect(url_for("console.deliveries", state="dead"), 303)
+
+
+@bp.post("/webhooks/<webhook_id>/redeliver")
+def webhook_redeliver(webhook_id):
+    call("deliveries.redeliver_endpoint", {"webhook_id": webhook_id})
     return redirect(url_for("console.webhooks"), 303)
