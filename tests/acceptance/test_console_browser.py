@@ -2,7 +2,8 @@
 `skiplock api` (gunicorn, two workers: a session opened on one is honoured by the other), a real
 database with seeded tasks and a real worker. Signing in (and a bad token refused), the overview's
 numbers, filtering to a failed task, resuming it and watching the page reach `completed` by
-itself, pausing a queue and a schedule, the webhooks and the worker in the registry, a reader without buttons whose forged POST is refused, and a POST
+itself, pausing a queue and a schedule, the webhooks and the worker in the registry, cancelling
+and purging the tasks of a filter, a reader without buttons whose forged POST is refused, and a POST
 without its CSRF token. Every page is screenshotted into the test's tmp dir and checked with axe
 (no serious or critical violation).
 
@@ -166,6 +167,22 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     expect(page.locator("tr[data-worker]")).to_have_count(1)
     expect(page.locator("tr[data-worker]")).to_contain_text("reports")
     shots.check(page, "workers")
+
+    # bulk actions on the filter shown: cancel the queued task of "bulk", then purge it (after a confirm)
+    page.goto(f"{base}/ui/tasks?queue=bulk")
+    page.click("button:text('Cancel all queued or running')")
+    expect(page.get_by_role("status")).to_have_text("1 task(s) changed.")
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.click("button:text('Purge all finished')")  # the click returns once the dialog is handled
+    assert asked == ["Delete every finished task of this filter, with its events?"]  # dismissed: nothing sent
+    assert db.execute("SELECT state FROM skiplock.tasks WHERE queue = 'bulk'").fetchall() == [("cancelled",)]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button:text('Purge all finished')")
+    expect(page.get_by_role("status")).to_have_text("1 task(s) changed.")
+    expect(page.locator("tr[data-task]")).to_have_count(0)
+    shots.check(page, "tasks-bulk")
+    assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE queue = 'bulk'").fetchone()[0] == 0
 
     # a POST without its CSRF token is refused, even with a valid session
     assert page.request.post(f"{base}/ui/queues/bulk/pause", form={}).status == 403

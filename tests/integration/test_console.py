@@ -220,3 +220,32 @@ def test_schedules_webhooks_deliveries_kinds_and_workers(make_app, db):
     assert "Pause kind" not in reader.get(f"/ui/tasks/{task_id}").text
     assert reader.post("/ui/schedules/nightly/resume", data={"csrf": csrf_of(page)}).status_code == 403
     assert reader.get("/ui/workers").status_code == 200
+
+
+def test_bulk_actions_act_on_the_filter_shown(make_app, db_url, db):
+    for queue in ("b", "b", "b", "other"):
+        skiplock.enqueue(db_url, "k", {}, queue=queue)
+    app = make_app()
+    client = app.test_client()
+    sign_in(client, "admin")
+    assert "Cancel all queued or running</button>" not in client.get("/ui/tasks").text  # no filter, no bulk action
+    page = client.get("/ui/tasks?queue=b&limit=2").text
+    assert 'name="queue" value="b"' in page and "Purge all finished</button>" in page and 'name="limit"' in page
+    r = client.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "queue": "b"})
+    assert r.status_code == 303 and "changed=3" in r.headers["Location"] and "queue=b" in r.headers["Location"]
+    assert "3 task(s) changed." in client.get(r.headers["Location"]).text
+    assert dict(db.execute("SELECT queue, count(*) FROM skiplock.tasks WHERE state = 'cancelled' GROUP BY queue")
+                .fetchall()) == {"b": 3}
+    assert client.post("/ui/tasks:purge", data={"csrf": csrf_of(page), "queue": "b"}).status_code == 303
+    assert db.execute("SELECT queue, state FROM skiplock.tasks").fetchall() == [("other", "queued")]
+    # no criterion at all is refused as the API refuses it
+    assert client.post("/ui/tasks:retry", data={"csrf": csrf_of(page)}).status_code == 400
+    assert db.execute("SELECT actor, action, outcome FROM skiplock.audit_log ORDER BY id").fetchall()[:2] == [
+        ("admin-bot", "task.cancel_many", "ok"), ("admin-bot", "task.purge_many", "ok")]
+
+    reader = app.test_client()
+    sign_in(reader, "reader")
+    page = reader.get("/ui/tasks?queue=other").text
+    assert "Cancel all queued or running</button>" not in page
+    assert reader.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "queue": "other"}).status_code == 403
+    assert db.execute("SELECT state FROM skiplock.tasks").fetchall() == [("queued",)]

@@ -199,10 +199,17 @@ def _listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]
     return page, query.to_dict(), next_url
 
 
+# the filters the bulk actions act on: GET /v1/tasks' own, but for its paging
+BULK_FILTERS = ("queue", "state", "kind", "created_after", "created_before")
+
+
 @bp.get("/tasks")
 def tasks():
     page, filters, next_url = _listing("tasks.list_tasks", "console.tasks")
-    return render_template("tasks.html", tasks=page["tasks"], filters=filters, states=STATES, next_url=next_url)
+    done = request.args.get("changed", "")
+    return render_template("tasks.html", tasks=page["tasks"], filters=filters, states=STATES, next_url=next_url,
+                           bulk={name: filters[name] for name in BULK_FILTERS if name in filters},
+                           changed=int(done) if done.isdigit() else None)
 
 
 @bp.get("/tasks/<task_id>")
@@ -246,6 +253,14 @@ def workers():
 def task_action(task_id, action):
     call(f"tasks.{action}_task", {"task_id": task_id}, body={"reason": None})
     return redirect(url_for("console.task", task_id=task_id), 303)
+
+
+@bp.post("/tasks:<any(retry, cancel, purge):action>")
+def bulk_action(action):
+    # the filter the page showed, as POST /v1/tasks:<action> takes it (every criterion must hold)
+    body = {name: request.form[name] for name in BULK_FILTERS if request.form.get(name)}
+    changed = call(f"tasks.{action}_many", body=body)["changed"]
+    return redirect(url_for("console.tasks", **body, changed=changed), 303)
 
 
 @bp.post("/<any(queue, kind):scope>s/<name>/<any(pause, resume):action>")

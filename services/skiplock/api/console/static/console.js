@@ -38,5 +38,13 @@
     timer = window.setInterval(refresh, seconds * 1000);
   }
 
+  // A form with data-confirm asks first (a purge cannot be undone).
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) {
+      event.preventDefault();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", start);
 }());
