@@ -156,6 +156,10 @@ def test_security_headers_and_packaged_assets(make_app):
     assert "<script>" not in page and "<script " not in page.replace('<script src="/ui/static/console.js" defer>', "")
     assert "http://" not in page and "https://" not in page
     assert client.get("/ui/static/console.css").status_code == 200
+    # counted with the API's requests, by route template
+    metrics = client.get("/metrics").text
+    assert re.search(r'skiplock_api_requests_total\{method="GET",route="/ui/login",status="200"\} [1-9]', metrics)
+    assert 'route="/ui/static/<path:filename>"' in metrics
 
 
 def test_without_authentication_every_page_says_so(make_app, db_url):

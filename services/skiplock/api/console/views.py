@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from flask import (Blueprint, Flask, Response, current_app, g, redirect, render_template, request,
@@ -67,6 +68,7 @@ def install(app: Flask) -> None:
 
 
 def _open() -> Response | None:
+    g.started = time.perf_counter()
     g.request_id = uuid7().hex
     g.operation = None
     session = _sessions().read(request)
@@ -89,6 +91,10 @@ def _close(response: Response) -> Response:
         _sessions().write(response, request, new)
     response.headers.update(SECURITY_HEADERS)
     response.headers["X-Request-Id"] = g.get("request_id", "")
+    # counted with the API's requests (skiplock_api_requests_total), by the console's route template
+    route = request.script_root + request.url_rule.rule if request.url_rule is not None else "unmatched"
+    api().metrics.observe(request.method, route, response.status_code,
+                          time.perf_counter() - g.get("started", time.perf_counter()))
     return response
 
 
@@ -132,8 +138,8 @@ def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None
     op = view.operation
     if op.role is not None:
         api().auth.require(g.principal, op.role, f"{op.method} {op.rule}")
+    g.operation, g.audit = op, None  # from here on a refusal is audited, as the API's are
     args = {name: field.from_text(str((path or {})[name]), name) for name, field in op.path.items()}
-    g.operation, g.audit = op, None
     g.query = parse_query(op.query, query if query is not None else MultiDict())
     g.headers = dict.fromkeys(op.headers)
     g.body = None if op.body is None else op.body.parse(body or {}, "")
