@@ -13,7 +13,7 @@ import pytest
 from skiplock.api.app import close_app, create_app
 import skiplock
 from skiplock.engine.settings import Settings
-from tests.integration.test_api import TOKENS, api_settings
+from tests.integration.test_api import TOKEN_CONFIG, TOKENS, api_settings
 
 
 @pytest.fixture
@@ -253,3 +253,22 @@ def test_bulk_actions_act_on_the_filter_shown(make_app, db_url, db):
     assert "Cancel all queued or running</button>" not in page
     assert reader.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "queue": "other"}).status_code == 403
     assert db.execute("SELECT state FROM skiplock.tasks").fetchall() == [("queued",)]
+
+
+def test_changing_the_tokens_ends_every_session(make_app, db_url, db):
+    from skiplock.engine.settings import parse_api_tokens
+
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    cookie = client.get_cookie("skiplock_console", path="/ui/").value
+    assert client.get("/ui/").status_code == 200
+    # the same cookie on a server whose SKIPLOCK_API_TOKENS changed (one more token): signed in no more
+    tokens = parse_api_tokens(TOKEN_CONFIG + ",new-bot:reader:" + "0" * 64)
+    rotated = make_app(Settings(database_url=db_url, api_tokens=tokens)).test_client()
+    rotated.set_cookie("skiplock_console", cookie, path="/ui/")
+    assert rotated.get("/ui/").headers["Location"] == "/ui/login"
+    # and a refused action is audited as the API audits it (here: a path value that is no task id)
+    page = client.get("/ui/").text
+    assert client.post("/ui/tasks/not-a-task/cancel", data={"csrf": csrf_of(page)}).status_code == 400
+    assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log").fetchall() == [
+        ("admin-bot", "task.cancel", "not-a-task", "request.invalid")]
