@@ -91,6 +91,11 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
                       json={"url": "https://93.184.216.34/hook", "events": ["task.*"]}).status_code == 201
 
     admin = browser.new_context()
+    # everything the pages load comes from this server, and no page logs an error (a CSP refusal included)
+    requested, errors = [], []
+    admin.on("request", lambda r: requested.append(r.url))
+    admin.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    admin.on("weberror", lambda e: errors.append(str(e.error)))
     # a bad token is refused
     page = admin.new_page()
     page.goto(f"{base}/ui/login")
@@ -201,6 +206,10 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 1
     assert db.execute("SELECT count(*) FROM skiplock.audit_log WHERE actor = 'reader-bot'").fetchone()[0] == 0
 
+    assert requested and [url for url in requested if not url.startswith(f"{base}/")] == []
+    assert f"{base}/ui/static/console.js" in requested and f"{base}/ui/static/console.css" in requested
+    # the only errors logged: the answers refused on purpose (the bad token's 401, the forged POSTs' 403)
+    assert [e for e in errors if "status of 401" not in e and "status of 403" not in e] == []
     print("screenshots:", *shots.saved, sep="\n  ")
     assert all(p.stat().st_size > 0 for p in shots.saved)
     admin.close()
