@@ -2,10 +2,11 @@
 `skiplock api` (gunicorn, two workers: a session opened on one is honoured by the other), a real
 database with seeded tasks and a real worker. Signing in (and a bad token refused), the overview's
 numbers, filtering to a failed task, resuming it and watching the page reach `completed` by
-itself, pausing a queue and a schedule, the webhooks and the worker in the registry, cancelling
-and purging the tasks of a filter, a reader without buttons whose forged POST is refused, and a POST
-without its CSRF token. Every page is screenshotted into the test's tmp dir and checked with axe
-(no serious or critical violation).
+itself, pausing a queue and a schedule, a new task appearing on the overview without a reload,
+the webhooks and the worker in the registry, cancelling and purging the tasks of a filter, a
+reader without buttons whose forged POST is refused, and a POST without its CSRF token. Every
+request stays on the server and no page logs an error. Every page is screenshotted into the
+test's tmp dir and checked with axe (no serious or critical violation).
 
 Chromium must be installed (scripts/install-test-tools): when it cannot start, the test fails
 with one line; it is never skipped.
@@ -149,6 +150,11 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     expect(page.locator('tr[data-queue="mail"] button:text("Resume")')).to_be_visible()
     assert db.execute("SELECT scope, name FROM skiplock.pauses").fetchall() == [("queue", "mail")]
     shots.check(page, "overview-paused")
+    # the page keeps itself current: a task enqueued now shows up without a reload (the marker survives)
+    page.evaluate("window.notReloaded = true")
+    skiplock.enqueue(db_url, "t.noop", {}, queue="mail")
+    expect(page.locator('tr[data-queue="mail"] [data-state="queued"]')).to_have_text("4", timeout=15_000)
+    assert page.evaluate("window.notReloaded") is True
     page.click("nav >> text=Audit")
     expect(page.locator("table.audit tbody tr").first).to_contain_text("queue.pause")
     shots.check(page, "audit")
