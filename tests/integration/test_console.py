@@ -272,3 +272,37 @@ def test_changing_the_tokens_ends_every_session(make_app, db_url, db):
     assert client.post("/ui/tasks/not-a-task/cancel", data={"csrf": csrf_of(page)}).status_code == 400
     assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log").fetchall() == [
         ("admin-bot", "task.cancel", "not-a-task", "request.invalid")]
+
+
+def test_ticked_tasks_are_retried_or_cancelled_and_the_others_left_alone(make_app, db_url, db):
+    failed = [skiplock.enqueue(db_url, "k", {}, queue="sel") for _ in range(3)]
+    db.execute("UPDATE skiplock.tasks SET state = 'failed', finished_at = now() WHERE id = ANY(%s)", (failed,))
+    queued = [skiplock.enqueue(db_url, "k", {}, queue="sel") for _ in range(2)]
+    app = make_app()
+    client = app.test_client()
+    sign_in(client, "admin")
+    page = client.get("/ui/tasks?queue=sel").text
+    assert page.count('type="checkbox" form="selected" name="ids"') == 5
+    # the time range, id and idempotency key filters are on the form, named as GET /v1/tasks names them
+    for name in ("created_after", "created_before", "id", "idempotency_key"):
+        assert f'name="{name}"' in page
+    assert client.get(f"/ui/tasks?id={failed[0]}").text.count('name="ids"') == 1
+    assert client.get("/ui/tasks?queue=sel&created_after=2999-01-01T00:00Z").text.count('name="ids"') == 0
+    assert client.get("/ui/tasks?queue=sel&created_before=2999-01-01T00:00Z").text.count('name="ids"') == 5
+
+    r = client.post("/ui/tasks:retry", data={"csrf": csrf_of(page), "ids": failed[:2]})
+    assert r.status_code == 303 and "changed=2" in r.headers["Location"]
+    states = dict(db.execute("SELECT id::text, state FROM skiplock.tasks").fetchall())
+    assert [states[str(i)] for i in failed] == ["queued", "queued", "failed"]
+    r = client.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "ids": [queued[0]]})
+    assert "changed=1" in r.headers["Location"]
+    states = dict(db.execute("SELECT id::text, state FROM skiplock.tasks").fetchall())
+    assert [states[str(i)] for i in queued] == ["cancelled", "queued"]
+    assert db.execute("SELECT action, outcome FROM skiplock.audit_log ORDER BY id").fetchall() == [
+        ("task.retry_many", "ok"), ("task.cancel_many", "ok")]
+
+    reader = app.test_client()
+    sign_in(reader, "reader")
+    page = reader.get("/ui/tasks?queue=sel").text
+    assert 'name="ids"' not in page and "Retry selected" not in page
+    assert reader.post("/ui/tasks:retry", data={"csrf": csrf_of(page), "ids": [failed[2]]}).status_code == 403

@@ -263,6 +263,11 @@ def task_action(task_id, action):
 
 @bp.post("/tasks:<any(retry, cancel, purge):action>")
 def bulk_action(action):
+    ids = request.form.getlist("ids")
+    if ids:
+        # the tasks ticked on the page, whatever filter showed them
+        changed = call(f"tasks.{action}_many", body={"ids": ids})["changed"]
+        return redirect(url_for("console.tasks", changed=changed), 303)
     # the filter the page showed, as POST /v1/tasks:<action> takes it (every criterion must hold)
     body = {name: request.form[name] for name in BULK_FILTERS if request.form.get(name)}
     changed = call(f"tasks.{action}_many", body=body)["changed"]

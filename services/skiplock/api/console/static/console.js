@@ -27,10 +27,18 @@
             window.location.reload();
             return;
           }
+          // ticked rows stay ticked across a refresh
+          var ticked = {};
+          document.querySelectorAll("#live input[type=checkbox]:checked").forEach(function (box) {
+            ticked[box.value] = true;
+          });
           document.getElementById("live").replaceChildren.apply(
             document.getElementById("live"), Array.prototype.slice.call(fresh.childNodes).map(function (node) {
               return document.importNode(node, true);
             }));
+          document.querySelectorAll("#live input[type=checkbox]").forEach(function (box) {
+            box.checked = !!ticked[box.value];
+          });
         })
         .catch(function () { /* the next tick tries again */ });
     }
