@@ -77,6 +77,7 @@ def test_helm_commands_render_what_the_readme_says():
     assert len(quoted) == 4, quoted
     missing = [c for c in quoted if c not in notes]
     assert not missing, f"README lines not in the install's NOTES: {missing}"
+    assert "http://localhost:8080/ui/ (sign in with an API token)" in notes
 
     verb, argv, more = _helm("helm upgrade ", variables)
     assert verb == "upgrade" and "--reuse-values" in argv
