@@ -2,7 +2,8 @@
 `skiplock api` (gunicorn, two workers: a session opened on one is honoured by the other), a real
 database with seeded tasks and a real worker. Signing in (and a bad token refused), the overview's
 numbers, filtering to a failed task, resuming it and watching the page reach `completed` by
-itself, pausing a queue and a schedule, a new task appearing on the overview without a reload,
+itself, pausing a queue and a schedule and firing the schedule by hand, the overview's throughput
+chart, a new task appearing on the overview without a reload,
 the webhooks and the worker in the registry, cancelling and purging the tasks of a filter, a
 reader without buttons whose forged POST is refused, and a POST without its CSRF token. Every
 request stays on the server and no page logs an error. Every page is screenshotted into the
@@ -116,6 +117,10 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     expect(page.locator('tr[data-queue="bulk"] [data-state="queued"]')).to_have_text("1")
     expect(page.locator('tr[data-queue="reports"] [data-state="failed"]')).to_have_text("1")
     expect(page.locator('tr[data-queue="reports"] [data-state="queued"]')).to_have_text("0")
+    # the throughput chart: the one failure of the last hour, as a bar and in the chart's accessible name
+    chart = page.locator('svg.throughput[data-queue="reports"]')
+    expect(chart).to_have_attribute("aria-label", "reports: 0 completed, 1 failed in the last 60 minutes")
+    expect(chart.locator('g[data-failed="1"] rect.failed')).to_have_count(1)
     shots.check(page, "overview")
 
     # filter to the failed task, open it, resume it: the page reaches completed by itself
@@ -167,6 +172,18 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     page.locator('tr[data-schedule="nightly"] button:text("Pause")').click()
     page.wait_for_url(f"{base}/ui/schedules")
     expect(page.locator('tr[data-schedule="nightly"] [data-field="enabled"]')).to_have_text("paused")
+    # fired by hand (paused or not), twice in one minute: one task, one decision on the page
+    nightly = page.locator('tr[data-schedule="nightly"]')
+    nightly.locator('button:text("Fire now")').click()
+    page.wait_for_url(re.compile(r".*/ui/schedules\?fired=.*"))
+    fired_url = page.url
+    expect(nightly.locator('li[data-outcome="fired"]')).to_contain_text("fired now by admin-bot")
+    with page.expect_navigation():
+        nightly.locator('button:text("Fire now")').click()
+    fired = db.execute("SELECT count(*) FROM skiplock.tasks WHERE kind = 'reports.daily'").fetchone()[0]
+    if page.url == fired_url:  # the same minute (the usual case): the same task
+        assert fired == 1
+    expect(nightly.locator('li[data-outcome="fired"]')).to_have_count(fired)
     shots.check(page, "schedules")
     page.click("nav >> text=Webhooks")
     expect(page.locator("tr[data-webhook]")).to_contain_text("https://93.184.216.34/hook")

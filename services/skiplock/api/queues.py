@@ -1,9 +1,12 @@
 """Queues and kinds over HTTP: the overview of every queue (tasks per state, what is claimable
-now and how long the oldest of it has waited, the paused flag), and pausing or resuming a queue
-or a task kind. A pause is a flag: tasks stay queued and are not claimed until it is lifted.
+now and how long the oldest of it has waited, the paused flag), each queue's completions and
+failures per minute (the console's throughput chart), and pausing or resuming a queue or a task
+kind. A pause is a flag: tasks stay queued and are not claimed until it is lifted.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 from flask import Blueprint, g
 
@@ -13,8 +16,8 @@ from ..engine.task_actions import set_paused
 from .audit import current_draft
 from .context import api
 from .operations import operation
-from .render import json_response
-from .schema import Array, Boolean, Integer, Name, Number, Object
+from .render import iso, json_response
+from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object
 
 bp = Blueprint("queues", __name__)
 
@@ -28,6 +31,19 @@ QUEUE = Object({
 OVERVIEW = Object({"queues": Array(QUEUE, "Every queue with tasks or a pause, by name."),
                    "paused_kinds": Array(Name(), "Task kinds paused in every queue.")},
                   required=("queues", "paused_kinds"))
+MINUTE = Object({"minute": DateTime("The minute's start."), "completed": Integer(), "failed": Integer()},
+                required=("minute", "completed", "failed"))
+THROUGHPUT = Object({
+    "minutes": Integer("The window's length; the current minute is its last."),
+    "since": DateTime("The first minute's start."),
+    "queues": Array(Object({
+        "name": Name(),
+        "completed": Integer("Completed in the window."),
+        "failed": Integer("Failures in the window (each failed attempt that ended the task)."),
+        "per_minute": Array(MINUTE, "Every minute of the window, oldest first, zeros included."),
+    }, required=("name", "completed", "failed", "per_minute")),
+        "Every queue with an outcome in the window, by name."),
+}, required=("minutes", "since", "queues"))
 PAUSE = {"queue": Object({"queue": Name(), "paused": Boolean()}, required=("queue", "paused")),
          "kind": Object({"kind": Name(), "paused": Boolean()}, required=("kind", "paused"))}
 
@@ -36,6 +52,34 @@ PAUSE = {"queue": Object({"queue": Name(), "paused": Boolean()}, required=("queu
            responses={200: ("The queues.", OVERVIEW)})
 def overview():
     return json_response(queue_overview(api().store))
+
+
+@operation(bp, "GET", "/v1/queues/throughput", summary="Tasks completed and failed per queue and minute",
+           role="reader", tag="queues",
+           query={"minutes": Integer("The window, in whole minutes up to now.", minimum=1, maximum=1440,
+                                     default=60)},
+           description="Counted from the tasks' completed and failed events; tasks deleted by the "
+                       "retention no longer count.",
+           responses={200: ("Per queue, its outcomes per minute.", THROUGHPUT)}, errors=(InvalidInput,))
+def throughput():
+    return json_response(queue_throughput(api().store, g.query["minutes"]))
+
+
+def queue_throughput(store, minutes: int) -> dict:
+    """GET /v1/queues/throughput's answer: a dense series per queue (a minute without outcomes is
+    a zero), so a chart needs no arithmetic on times."""
+    since, rows = store.throughput(minutes)
+    starts = [since + dt.timedelta(minutes=i) for i in range(minutes)]
+    series: dict[str, dict[dt.datetime, tuple[int, int]]] = {}
+    for queue, minute, completed, failed in rows:
+        series.setdefault(queue, {})[minute] = (completed, failed)
+    queues = []
+    for name in sorted(series):
+        counts = [series[name].get(start, (0, 0)) for start in starts]
+        queues.append({"name": name, "completed": sum(c for c, _ in counts), "failed": sum(f for _, f in counts),
+                       "per_minute": [{"minute": iso(start), "completed": c, "failed": f}
+                                      for start, (c, f) in zip(starts, counts)]})
+    return {"minutes": minutes, "since": iso(since), "queues": queues}
 
 
 def queue_overview(store) -> dict:

@@ -1,4 +1,5 @@
-"""Schedules over HTTP: create, list, read, change (including pausing: enabled=false) and delete.
+"""Schedules over HTTP: create, list, read, change (including pausing: enabled=false) and delete;
+their last decisions (fired, skipped, buffered, missed) and firing one now.
 
 Definitions are validated by engine/schedules.Schedule (the same rules as `skiplock schedules
 apply`) and written through the store's declarative upsert, so a re-timed or resumed schedule
@@ -15,14 +16,27 @@ from ..engine.store import encode_payload
 from .audit import audited
 from .context import api
 from .operations import SMALL_BODY, operation
-from .render import SCHEDULE, json_response, schedule_fields, schedule_json
-from .schema import Array, Name, Object
+from .render import SCHEDULE, iso, json_response, schedule_fields, schedule_json
+from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object, String, Uuid
 
 bp = Blueprint("schedules", __name__)
 
 NAME = {"name": Name("The schedule's name.")}
 CREATE = Object({"name": Name(), **schedule_fields()}, "A schedule definition.", required=("name", "kind"))
 CHANGE = Object(schedule_fields(defaults=False), "The fields to change; the others keep their values.")
+
+FIRE = Object({
+    "nominal_at": DateTime("The time decided about."),
+    "at": DateTime("When it was decided."),
+    "lag_seconds": Number("at - nominal_at: how late the decision came."),
+    "outcome": String(enum=("fired", "skipped", "buffered", "missed")),
+    "task_id": Uuid("The task a fire enqueued.", nullable=True),
+    "detail": String("Why: the overlap or catch-up policy that decided, or who fired it by hand.", nullable=True),
+}, required=("nominal_at", "at", "lag_seconds", "outcome", "task_id", "detail"))
+FIRED_NOW = Object({
+    "schedule": Name(), "nominal_at": DateTime("The tick fired: the current minute (cron) or interval."),
+    "task_id": Uuid(), "created": Boolean("false: this tick had fired already, and task_id is that fire's."),
+}, required=("schedule", "nominal_at", "task_id", "created"))
 
 
 def _body_limit(settings) -> int:
@@ -94,3 +108,36 @@ def delete_schedule(name):
     with audited(name) as (tx, _draft):
         tx.delete_schedule(name)
     return Response(status=204)
+
+
+@operation(bp, "GET", "/v1/schedules/<name>/fires", summary="A schedule's last decisions, newest first",
+           role="reader", tag="schedules", path=NAME,
+           query={"limit": Integer(minimum=1, maximum=500, default=20)},
+           description="One per nominal time: fired (with its task), skipped (overlap), buffered or "
+                       "missed (catch-up), kept for the fire retention.",
+           responses={200: ("The decisions.", Object({"fires": Array(FIRE)}, required=("fires",)))},
+           errors=(InvalidInput, ScheduleNotFound))
+def schedule_fires(name):
+    api().store.get_schedule(name)  # 404 for an unknown name, not an empty list
+    fires = api().store.schedule_fires(name, g.query["limit"])
+    return json_response({"fires": [
+        {"nominal_at": iso(nominal_at), "at": iso(at), "lag_seconds": (at - nominal_at).total_seconds(),
+         "outcome": outcome, "task_id": None if task_id is None else str(task_id), "detail": detail}
+        for _schedule, nominal_at, at, outcome, task_id, detail in fires]})
+
+
+@operation(bp, "POST", "/v1/schedules/<name>/fire", summary="Fire a schedule now", role="submitter",
+           tag="schedules", path=NAME, audit="schedule.fire",
+           description="Enqueues the schedule's task under the current tick (a cron schedule's minute, an "
+                       "interval schedule's interval) with the idempotency key the scheduler gives that "
+                       "time: firing again in the same tick, or after the scheduler fired it, returns the "
+                       "same task (200, created false). A paused schedule fires too; its timing is unchanged.",
+           responses={201: ("Fired.", FIRED_NOW), 200: ("This tick had fired already.", FIRED_NOW)},
+           errors=(InvalidInput, PayloadTooLarge, ScheduleNotFound))
+def fire_schedule(name):
+    with audited(name) as (tx, draft):
+        nominal, task_id, created = tx.fire_schedule_now(
+            name, detail=f"fired now by {g.principal.name}", max_payload_bytes=api().settings.max_payload_bytes)
+        draft.detail = {"nominal_at": iso(nominal), "task_id": str(task_id), "created": created}
+    return json_response({"schedule": name, "nominal_at": iso(nominal), "task_id": str(task_id),
+                          "created": created}, 201 if created else 200)

@@ -152,6 +152,16 @@ class Schedule:
             return CronExpression.parse(self.cron).next_after(nominal, self.tz)
         return nominal + dt.timedelta(seconds=self.interval_seconds)
 
+    def current_tick(self, next_fire_at: dt.datetime, now: dt.datetime) -> dt.datetime:
+        """The nominal time a "fire now" at `now` fires under: a cron schedule's current minute,
+        an interval schedule's latest time on its own grid (next_fire_at give or take whole
+        intervals) at or before now. Its idempotency key is the one the scheduler uses, so firing
+        twice in one minute or tick, or firing by hand a time the scheduler fires too, is one task."""
+        if self.cron is not None:
+            return now.replace(second=0, microsecond=0)
+        step = dt.timedelta(seconds=self.interval_seconds)
+        return next_fire_at + ((now - next_fire_at) // step) * step
+
     def due(self, next_fire_at: dt.datetime, now: dt.datetime) -> "Due":
         """The nominal times due at `now`, after the catch-up policy, and the next fire."""
         if next_fire_at > now:

@@ -770,6 +770,31 @@ class Store:
             if not rows:  # deleted between the two statements
                 raise ScheduleNotFound(f"schedule {name!r} not found")
 
+    def fire_schedule_now(self, name: str, *, detail: str, max_payload_bytes: int = 1024 * 1024
+                          ) -> tuple[dt.datetime, uuid.UUID, bool]:
+        """Fire a schedule at once, under its current tick (Schedule.current_tick) and that tick's
+        idempotency key: (nominal time, task id, whether this call fired it). A second call in the
+        same tick, or one after the scheduler fired that time, finds the same task."""
+        with self.connection() as conn, conn.transaction():
+            # the row lock keeps a scheduler tick (SKIP LOCKED) and a PATCH off this schedule meanwhile
+            if not conn.execute(self.sql["schedule_lock"], {"name": name}).fetchall():
+                raise ScheduleNotFound(f"schedule {name!r} not found")
+            now = conn.execute(self.sql["schedule_now"], {"now": None}).fetchone()[0]
+            row = conn.execute(self.sql["schedule_list"], {"name": name}).fetchone()
+            schedule, next_fire_at, buffered_fire_at = Schedule(*row[:14]), row[14], row[15]
+            nominal = schedule.current_tick(next_fire_at, now)
+            spec = TaskSpec(schedule.kind, schedule.payload, queue=schedule.queue, priority=schedule.priority,
+                            max_attempts=schedule.max_attempts, max_payload_bytes=max_payload_bytes,
+                            idempotency_key=idempotency_key(name, nominal))
+            task_id = insert_tasks(conn, [spec], self.schema)[0]
+            fired = conn.execute(self.sql["schedule_fire_now_record"], dict(
+                schedule=name, nominal_at=nominal, task_id=task_id, detail=detail)).fetchall()
+            if fired:
+                conn.execute(self.sql["schedule_advance"], dict(
+                    name=name, next_fire_at=next_fire_at, buffered_fire_at=buffered_fire_at,
+                    last_fire_at=nominal, last_task_id=task_id, fires=1, skips=0))
+        return nominal, task_id, bool(fired)
+
     def schedule_fires(self, name: str, limit: int = 100) -> list[tuple]:
         return self._fetch("schedule_fires_list", {"schedule": name, "limit": limit})
 
@@ -794,6 +819,14 @@ class Store:
             else:
                 claimable = conn.execute(self.sql["queue_claimable"]).fetchall()
         return counts, claimable
+
+    def throughput(self, minutes: int) -> tuple[dt.datetime, list[tuple[str, dt.datetime, int, int]]]:
+        """(the window's first minute, [(queue, minute, completed, failed)]) over the last `minutes`
+        whole minutes, the current one included; minutes without an outcome have no row."""
+        with self.connection() as conn:
+            since = conn.execute(self.sql["task_event_throughput_since"], {"minutes": minutes}).fetchone()[0]
+            rows = conn.execute(self.sql["task_event_throughput"], {"since": since}).fetchall()
+        return since, rows
 
     # -- the worker registry (skiplock.workers)
     def register_worker(self, record: "WorkerRecord") -> bool:

@@ -38,6 +38,10 @@ SESSIONS = "skiplock.console.sessions"
 
 # Pages refresh their live part this often (static/console.js reads it from the page).
 REFRESH_SECONDS = 5
+# The overview's throughput chart covers this many minutes, one bar each.
+THROUGHPUT_MINUTES = 60
+# The schedules page shows each schedule's last decisions, this many.
+FIRES_SHOWN = 5
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -186,8 +190,9 @@ def logout():
 @bp.get("/")
 def overview():
     data = call("queues.overview")
+    throughput = call("queues.throughput", query=MultiDict({"minutes": str(THROUGHPUT_MINUTES)}))
     return render_template("overview.html", queues=data["queues"], paused_kinds=data["paused_kinds"],
-                           states=STATES)
+                           states=STATES, throughput=throughput)
 
 
 def _listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]:
@@ -233,7 +238,10 @@ def audit():
 
 @bp.get("/schedules")
 def schedules():
-    return render_template("schedules.html", schedules=call("schedules.list_schedules")["schedules"])
+    schedules = call("schedules.list_schedules")["schedules"]
+    fires = {s["name"]: call("schedules.schedule_fires", {"name": s["name"]},
+                             query=MultiDict({"limit": str(FIRES_SHOWN)}))["fires"] for s in schedules}
+    return render_template("schedules.html", schedules=schedules, fires=fires)
 
 
 @bp.get("/webhooks")
@@ -285,6 +293,12 @@ def schedule_action(name, action):
     # the API pauses a schedule with PATCH {"enabled": false}
     call("schedules.change_schedule", {"name": name}, body={"enabled": action == "resume"})
     return redirect(url_for("console.schedules"), 303)
+
+
+@bp.post("/schedules/<name>/fire")
+def schedule_fire(name):
+    fired = call("schedules.fire_schedule", {"name": name})
+    return redirect(url_for("console.schedules", fired=fired["task_id"]), 303)
 
 
 @bp.post("/webhooks/<webhook_id>/<any(enable, disable):action>")

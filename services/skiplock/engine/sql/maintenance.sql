@@ -66,3 +66,24 @@ GROUP BY t.queue;
 
 -- name: pause_list
 SELECT scope, name, paused_at FROM skiplock.pauses ORDER BY scope, name;
+
+-- name: task_event_throughput_since
+-- The first minute of a throughput window of `minutes` whole minutes, the current one last.
+SELECT date_trunc('minute', now()) - (%(minutes)s - 1) * interval '1 minute';
+
+-- name: task_event_throughput
+-- Per queue and minute since `since`: tasks completed and failed (their outcome events, read
+-- through task_events_outcome_at; a task resumed and failed again counts each failure). The
+-- queue comes from a lookup by primary key per event: as a join, the planner hashes every task.
+-- MATERIALIZED: the lookup runs once per event, not again for the filter below.
+WITH outcomes AS MATERIALIZED (
+    SELECT (SELECT t.queue FROM skiplock.tasks AS t WHERE t.id = e.task_id) AS queue,
+           date_trunc('minute', e.at) AS minute, e.type
+    FROM skiplock.task_events AS e
+    WHERE e.type IN ('completed', 'failed') AND e.at >= %(since)s
+)
+SELECT queue, minute, count(*) FILTER (WHERE type = 'completed'), count(*) FILTER (WHERE type = 'failed')
+FROM outcomes
+WHERE queue IS NOT NULL  -- events outliving their task count nowhere
+GROUP BY queue, minute
+ORDER BY queue, minute;

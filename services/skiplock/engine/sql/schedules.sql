@@ -53,6 +53,17 @@ ON CONFLICT (schedule, nominal_at) DO UPDATE
 SET outcome = EXCLUDED.outcome, task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = now()
 WHERE schedule_fires.outcome = 'buffered';
 
+-- name: schedule_fire_now_record
+-- "Fire now" (POST /v1/schedules/{name}/fire) records its decision under the current tick's
+-- nominal time. A time already fired keeps its row and returns none (the key found that fire's
+-- task); a time skipped, buffered or missed becomes fired.
+INSERT INTO skiplock.schedule_fires (schedule, nominal_at, outcome, task_id, detail)
+VALUES (%(schedule)s, %(nominal_at)s, 'fired', %(task_id)s, %(detail)s)
+ON CONFLICT (schedule, nominal_at) DO UPDATE
+SET outcome = 'fired', task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = now()
+WHERE schedule_fires.outcome <> 'fired'
+RETURNING nominal_at;
+
 -- name: schedule_next_due
 -- Seconds until the soonest fire (NULL: no enabled schedule); the scheduler sleeps that long.
 SELECT extract(epoch FROM min(next_fire_at) - now())::float8
