@@ -40,7 +40,9 @@ def index():
     links = {}
     for rule in current_app.url_map.iter_rules():
         path = rule.rule
-        if "GET" in rule.methods and path.startswith(PREFIX) and path != PREFIX and "<" not in path:
+        # top-level collections only: /v1/queues, not /v1/queues/throughput
+        if "GET" in rule.methods and path.startswith(PREFIX) and path != PREFIX and "<" not in path \
+                and "/" not in path[len(PREFIX):]:
             links[path[len(PREFIX):].split(".")[0]] = path
     openapi = links.pop("openapi")
     return json_response({"name": "skiplock", "version": package_version(), "api_version": API_VERSION,
