@@ -33,7 +33,8 @@ def test_reaper_requeues_expired_claims_without_consuming_the_attempt(store: Sto
     task_id = skiplock.enqueue(db_url, "t.noop", {})
     (first,) = store.claim(["default"], 1, "a", 30)
     _expire(db, task_id)
-    assert store.reclaim_expired(max_reclaims=10) == [(task_id, "default", "queued")]
+    assert store.reclaim_expired(max_reclaims=10) == [
+        (task_id, "default", "queued", "t.noop", 0, "lease of a expired (reclaim 1)")]
     row = db.execute("SELECT state, reclaims, attempts FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
     assert row == ("queued", 1, 0)
     (second,) = store.claim(["default"], 1, "b", 30)
@@ -51,7 +52,8 @@ def test_reclaim_budget_exhausted_fails_the_task(store: Store, db_url, db):
     store.claim(["default"], 1, "a", 30)
     db.execute("UPDATE skiplock.tasks SET reclaims = 2 WHERE id = %s", (task_id,))
     _expire(db, task_id)
-    assert store.reclaim_expired(max_reclaims=2) == [(task_id, "default", "failed")]
+    assert store.reclaim_expired(max_reclaims=2) == [
+        (task_id, "default", "failed", "t.noop", 1, "lease of a expired (reclaim 3)")]
     state, error, finished = db.execute(
         "SELECT state, last_error, finished_at FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
     assert state == "failed" and "expired (reclaim 3)" in error and finished is not None
@@ -62,7 +64,7 @@ def test_expired_cancelling_claim_becomes_cancelled(store: Store, db_url, db):
     store.claim(["default"], 1, "a", 30)
     assert store.cancel(task_id) == "cancelling"
     _expire(db, task_id)
-    assert store.reclaim_expired(max_reclaims=10) == [(task_id, "default", "cancelled")]
+    assert [r[:3] for r in store.reclaim_expired(max_reclaims=10)] == [(task_id, "default", "cancelled")]
 
 
 def test_two_reapers_never_reclaim_the_same_row(store: Store, db_url, db):

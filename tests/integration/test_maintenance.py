@@ -28,6 +28,18 @@ def test_reaper_requeues_fails_and_cancels_expired_claims(store: Store, db_url, 
     assert Reaper(store, metrics, max_reclaims=10).run_once() == {}  # nothing left to do
 
 
+def test_a_task_the_reaper_fails_logs_one_line(store: Store, db_url, db, caplog):
+    exhausted, requeued = skiplock.enqueue_many(db_url, "t.noop", [{}] * 2, queue="q1")
+    store.claim(["q1"], 2, "gone-worker", 30)
+    _set(db, exhausted, "lease_until = now() - interval '1 second', reclaims = 3")
+    _set(db, requeued, "lease_until = now() - interval '1 second'")
+    with caplog.at_level("INFO", logger="skiplock.maintenance"):
+        assert Reaper(store, Metrics(), max_reclaims=3).run_once() == {"queued": 1, "failed": 1}
+    failed = [r for r in caplog.records if r.getMessage() == "task failed"]
+    assert [(r.levelname, r.task_id, r.kind, r.queue, r.attempts, r.error) for r in failed] == [
+        ("ERROR", str(exhausted), "t.noop", "q1", 1, "lease of gone-worker expired (reclaim 4)")]
+
+
 def _samples(metrics: Metrics):
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -22,6 +22,15 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 current_task: contextvars.ContextVar = contextvars.ContextVar("skiplock_task", default=None)
 
 
+def log_task_failed(logger: logging.Logger, *, task_id, kind: str, queue: str, attempts: int,
+                    error: str | None) -> None:
+    """The one line for a task that failed for good, from the worker or the reaper alike; its
+    traceback, if any, is in its 'failed' event. The error is kept on one line."""
+    text = (error or "").replace("\r", "\\r").replace("\n", "\\n")
+    logger.error("task failed", extra={"task_id": str(task_id), "kind": kind, "queue": queue,
+                                       "attempts": attempts, "error": text})
+
+
 class TaskFields(logging.Filter):
     """Stamps records logged while a handler runs with its task's fields. A field the call
     passed itself in `extra` wins."""

@@ -487,11 +487,11 @@ class Store:
             rows.append(row)
         return {"settlements": Jsonb(rows)}
 
-    def reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[tuple[uuid.UUID, str, str]]:
-        """The reaper's unit of work: [(task id, queue, new state)]."""
+    def reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list["ReclaimedTask"]:
+        """The reaper's unit of work: each claim it took back, with the state it left it in."""
         rows = self._fetch("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
                                                         channel=self.channel))
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [ReclaimedTask(*r[:6]) for r in rows]
 
     # -- operator actions
     def get(self, task_id: uuid.UUID | str) -> Task:
@@ -963,6 +963,17 @@ class Store:
     def delete_old_deliveries(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
         return len(self._fetch("webhook_delivery_delete_old", dict(state=state, older_than=older_than_seconds,
                                                                    limit=limit)))
+
+
+class ReclaimedTask(NamedTuple):
+    """A claim the reaper took back, and the state it left the task in."""
+
+    id: uuid.UUID
+    queue: str
+    state: str  # queued (reclaimed), failed (reclaims or deadline spent) or cancelled
+    kind: str
+    attempts: int
+    error: str | None
 
 
 class WebhookEndpoint(NamedTuple):

@@ -3,13 +3,14 @@ worker registry's removal of dead workers and its gauges.
 
 Each has `run_once()` returning what it did, and is safe to run in every replica at once: the
 reaper and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
-keep a reaper fallback of their own (worker.reap_once) for installations without a scheduler.
+run this same reaper as a fallback (worker.reap_once) for installations without a scheduler.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics
 from ..engine.store import Store
 
@@ -32,10 +33,13 @@ class Reaper:
         counts: dict[str, int] = {}
         for _ in range(MAX_BATCHES):
             rows = self.store.reclaim_expired(self.max_reclaims, limit=BATCH)
-            for _id, queue, state in rows:
-                counts[state] = counts.get(state, 0) + 1
-                if state in ("queued", "failed"):
-                    self.metrics.task_reclaims.labels(queue).inc()
+            for row in rows:
+                counts[row.state] = counts.get(row.state, 0) + 1
+                if row.state in ("queued", "failed"):
+                    self.metrics.task_reclaims.labels(row.queue).inc()
+                if row.state == "failed":
+                    log_task_failed(log, task_id=row.id, kind=row.kind, queue=row.queue,
+                                    attempts=row.attempts, error=row.error)
             if len(rows) < BATCH:
                 break
         if counts:

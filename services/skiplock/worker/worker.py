@@ -38,12 +38,13 @@ import psycopg
 from ..engine.errors import DatabaseUnavailable
 from ..engine.handlers import REGISTRY, Registry
 from ..engine.lifecycle import Stop
-from ..engine.logs import current_task
+from ..engine.logs import current_task, log_task_failed
 from ..engine.metrics import Metrics, observe_many
 from ..engine.model import ClaimedTask, Fail, Retry, Settlement, Step, TaskDef
 from ..engine.retry import retry_delay
 from ..engine.settings import Settings
 from ..engine.store import Store
+from ..scheduler.maintenance import Reaper
 from .context import Context
 from .listener import Listener
 from .pod_cost import PodDeletionCost
@@ -145,6 +146,7 @@ class Worker:
         self.store = store
         self.registry = registry or REGISTRY
         self.metrics = metrics or Metrics()
+        self._reaper = Reaper(store, self.metrics, self.config.max_reclaims)
         self.stop = stop or Stop()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.log = log
@@ -719,15 +721,12 @@ class Worker:
             return False
 
     def reap_once(self) -> int:
-        rows = self.store.reclaim_expired(self.config.max_reclaims)
-        for _id, queue_name, state in rows:
-            if state in ("queued", "failed"):
-                self.metrics.task_reclaims.labels(queue_name).inc()
-        self.counts["reclaimed"] += len(rows)
-        if rows:
-            log.info("reclaimed expired leases", extra={"count": len(rows)})
+        """The scheduler's reaper, run by the keeper for installations without a scheduler."""
+        reclaimed = sum(self._reaper.run_once().values())
+        self.counts["reclaimed"] += reclaimed
+        if reclaimed:
             self._wake.set()
-        return len(rows)
+        return reclaimed
 
     def _enforce_timeouts(self, now: float) -> None:
         abandon = []
@@ -805,11 +804,9 @@ def _outcome_label(operation: str, state: str) -> str:
 
 
 def _log_failed(run: _Run) -> None:
-    """One line for a task that failed for good; its traceback is in its 'failed' event."""
     task = run.task
-    error = (run.settlement.error or "").replace("\r", "\\r").replace("\n", "\\n")
-    log.error("task failed", extra={"task_id": str(task.id), "kind": task.kind, "queue": task.queue,
-                                    "attempts": task.attempt, "error": error})
+    log_task_failed(log, task_id=task.id, kind=task.kind, queue=task.queue, attempts=task.attempt,
+                    error=run.settlement.error)
 
 
 def _rollback(held, close: bool = False) -> None:

@@ -253,7 +253,8 @@ WITH expired AS MATERIALIZED (
         event_seq = t.event_seq + 1
     FROM expired
     WHERE t.id = expired.id
-    RETURNING t.id, t.queue, t.state, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error
+    RETURNING t.id, t.queue, t.state, t.kind, t.event_seq, t.lease_token, t.attempts, t.reclaims,
+              t.last_error
 ), events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq, CASE state WHEN 'queued' THEN 'reclaimed' ELSE state END,
@@ -264,7 +265,8 @@ WITH expired AS MATERIALIZED (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM reclaimed WHERE state = 'queued') AS q
 )
-SELECT id, queue, state, (SELECT count(*) FROM wake) AS woken FROM reclaimed;
+SELECT id, queue, state, kind, attempts, last_error, (SELECT count(*) FROM wake) AS woken
+FROM reclaimed;
 
 -- name: _task_filter
 -- The operator's filter: a NULL parameter matches every task. Shared by the list and the bulk
