@@ -9,7 +9,7 @@ Everything else (engine, worker, ...) is internal and may change.
 
 from __future__ import annotations
 
-from .engine.handlers import task
+from .engine.registry import task
 from .engine.model import Fail, Retry, Step
 from .enqueueing import enqueue, enqueue_many, migrate
 

@@ -148,7 +148,7 @@ def progress(store, stop: threading.Event, every: float = 1.0) -> None:
 
 def main(settings: Settings, demo: bool = True) -> int:
     from .engine import migrate
-    from .engine.handlers import import_task_modules
+    from .engine.registry import import_task_modules
     from .engine.lifecycle import Stop, install_signal_handlers
     from .engine.metrics import Metrics, MetricsServer
     from .engine.store import Store

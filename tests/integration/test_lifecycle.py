@@ -8,7 +8,7 @@ import pytest
 
 import skiplock
 import tests.support.handlers  # noqa: F401 - registers the t.* kinds
-from skiplock.engine.handlers import REGISTRY
+from skiplock.engine.registry import REGISTRY
 from skiplock.engine.metrics import Metrics
 from skiplock.engine.settings import Settings
 from skiplock.worker.worker import Worker

@@ -7,7 +7,7 @@ def main(settings) -> int:
     """Entry: settings -> logging -> metrics -> store -> worker -> run. Returns the exit code."""
     from ..engine import logs
     from ..engine.errors import ConfigError
-    from ..engine.handlers import REGISTRY, import_task_modules
+    from ..engine.registry import REGISTRY, import_task_modules
     from ..engine.lifecycle import run_role
     from .worker import Worker
 

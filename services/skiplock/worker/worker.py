@@ -8,7 +8,7 @@ Threads, each with one job:
                                   while the claimer claims (each has a connection of its own);
   keeper                        - heartbeats every claim in one statement, enforces timeouts, runs
                                   the reaper fallback, and renews this worker's registry row on the
-                                  heartbeat's period (worker/registry.py);
+                                  heartbeat's period (worker/registration.py);
   listener                      - LISTEN connection (worker/listener.py);
   pod-cost                      - when SKIPLOCK_POD_DELETION_COST is on, keeps the pod's deletion cost
                                   near the in-flight count (worker/pod_cost.py).
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import psycopg
 
 from ..engine.errors import DatabaseUnavailable
-from ..engine.handlers import REGISTRY, Registry
+from ..engine.registry import REGISTRY, Registry
 from ..engine.lifecycle import Stop
 from ..engine.logs import current_task, log_task_failed
 from ..engine.metrics import Metrics, observe_many
@@ -45,10 +45,10 @@ from ..engine.retry import retry_delay
 from ..engine.settings import Settings
 from ..engine.store import Store
 from ..scheduler.maintenance import Reaper
-from .context import Context
+from .task_context import TaskContext
 from .listener import Listener
 from .pod_cost import PodDeletionCost
-from .registry import Registration
+from .registration import Registration
 from .tracebacks import bounded_traceback
 
 log = logging.getLogger("skiplock.worker")
@@ -86,7 +86,7 @@ class _Run:
     __slots__ = ("task", "ctx", "definition", "started", "handler_done", "given_up", "timed_out",
                  "settlement", "elapsed")
 
-    def __init__(self, task: ClaimedTask, ctx: Context, definition: TaskDef | None):
+    def __init__(self, task: ClaimedTask, ctx: TaskContext, definition: TaskDef | None):
         self.task, self.ctx, self.definition = task, ctx, definition
         self.started = time.monotonic()
         self.handler_done = False   # the handler returned or raised
@@ -433,7 +433,7 @@ class Worker:
         waits: dict[str, list[float]] = {}
         get_definition, store = self.registry.get, self.store
         for task in tasks:
-            runs.append(_Run(task, Context(task, store), get_definition(task.kind)))
+            runs.append(_Run(task, TaskContext(task, store), get_definition(task.kind)))
             waited = task.waited_seconds
             waits.setdefault(task.queue, []).append(waited if waited > 0.0 else 0.0)
         for queue_name, queue_waits in waits.items():

@@ -18,7 +18,7 @@ from ..engine.settings import Settings
 from ..engine.store import Store, WorkerRecord
 from ..engine.version import package_version
 
-log = logging.getLogger("skiplock.worker.registry")
+log = logging.getLogger("skiplock.worker.registration")
 
 
 class Registration:

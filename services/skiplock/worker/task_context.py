@@ -16,7 +16,7 @@ from ..engine.errors import InvalidInput
 from ..engine.model import ClaimedTask
 
 
-class Context:
+class TaskContext:
     __slots__ = ("_task", "_cancel", "_open_tx", "_store")
 
     def __init__(self, task: ClaimedTask, store):
