@@ -4,7 +4,8 @@ database with seeded tasks and a real worker. Signing in (and a bad token refuse
 numbers, filtering to a failed task, resuming it and watching the page reach `completed` by
 itself, pausing a queue and a schedule and firing the schedule by hand, the overview's throughput
 chart, a new task appearing on the overview without a reload,
-the webhooks and the worker in the registry, cancelling and purging the tasks of a filter, a
+the webhooks and the worker in the registry, cancelling and purging the tasks of a filter,
+retrying ticked tasks (the ticks kept across a live refresh), a
 reader without buttons whose forged POST is refused, and a POST without its CSRF token. Every
 request stays on the server and no page logs an error. Every page is screenshotted into the
 test's tmp dir and checked with axe (no serious or critical violation).
@@ -211,6 +212,29 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
     expect(page.locator("tr[data-task]")).to_have_count(0)
     shots.check(page, "tasks-bulk")
     assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE queue = 'bulk'").fetchone()[0] == 0
+
+    # bulk retry of ticked tasks: tick two of three cancelled ones; a live refresh (a fourth task
+    # appears without a reload) keeps the ticks; "Retry selected" retries exactly those two
+    again = [skiplock.enqueue(db_url, "t.noop", {}, queue="again") for _ in range(3)]
+    assert httpx.post(f"{base}/v1/tasks:cancel", headers=bearer, timeout=10,
+                      json={"queue": "again"}).json()["changed"] == 3
+    page.goto(f"{base}/ui/tasks?queue=again")
+    expect(page.locator("tr[data-task]")).to_have_count(3)
+    for task_id in again[:2]:
+        page.check(f'input[aria-label="select {task_id}"]')
+    page.evaluate("window.notReloaded = true")
+    fourth = skiplock.enqueue(db_url, "t.noop", {}, queue="again")
+    expect(page.locator("tr[data-task]")).to_have_count(4, timeout=15_000)
+    assert page.evaluate("window.notReloaded") is True
+    ticked = page.eval_on_selector_all("tr[data-task] input[type=checkbox]:checked", "boxes => boxes.map(b => b.value)")
+    assert sorted(ticked) == sorted(str(t) for t in again[:2])
+    page.click("button:text('Retry selected')")
+    expect(page.get_by_role("status")).to_have_text("2 task(s) changed.")
+    states = dict(db.execute("SELECT id, state FROM skiplock.tasks WHERE queue = 'again'").fetchall())
+    assert states == {again[0]: "queued", again[1]: "queued", again[2]: "cancelled", fourth: "queued"}
+    assert db.execute("SELECT actor, action, outcome, detail->>'changed' FROM skiplock.audit_log "
+                      "WHERE action = 'task.retry_many'").fetchall() == [("admin-bot", "task.retry_many", "ok", "2")]
+    shots.check(page, "tasks-retried")
 
     # a POST without its CSRF token is refused, even with a valid session
     assert page.request.post(f"{base}/ui/queues/bulk/pause", form={}).status == 403
