@@ -58,7 +58,7 @@ def main() -> int:
                 signal_at = time.monotonic() + random.uniform(0.005, 0.05)
                 signalled = False
                 while not stop.is_set():
-                    worker._on_notify("default")  # what the listener does on each NOTIFY
+                    worker.claimer.on_notify("default")  # what the listener does on each NOTIFY
                     if not signalled and time.monotonic() >= signal_at:
                         os.kill(os.getpid(), signal.SIGTERM)
                         signalled = True

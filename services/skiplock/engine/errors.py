@@ -65,6 +65,28 @@ class DatabaseUnavailable(SkiplockError):
     status = 503
 
 
+class StatementTimeout(DatabaseUnavailable):
+    """Postgres cancelled a statement that ran past its statement timeout (the API's reads run
+    under SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS): the database is busy or the query too broad."""
+
+    code = "database.statement_timeout"
+    status = 503
+
+
+class DatabaseError(SkiplockError):
+    """A statement failed for a reason that is not the caller's to fix (a constraint, a bug of
+    ours); the driver's error is its cause. The API answers it as an unexpected error."""
+
+    code = "database.error"
+    status = 500
+
+
+class DataRefused(DatabaseError):
+    """The database refused a value (a string it cannot store, a number out of range)."""
+
+    code = "database.data_refused"
+
+
 class LeaseLost(SkiplockError):
     """A fenced write found the claim gone: another worker or the reaper owns the task now."""
 
@@ -110,6 +132,25 @@ class ScheduleExists(SkiplockError):
 
     code = "schedule.exists"
     status = 409
+
+
+class TooManyRequests(SkiplockError):
+    """A limit of the API is full: the token's submission rate or concurrency, or the worker's
+    room for large bodies. `retry_after` is the Retry-After header's whole seconds."""
+
+    code = "request.rate_limited"
+    status = 429
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+class RequestTimedOut(InvalidInput):
+    """The client took longer than SKIPLOCK_API_BODY_TIMEOUT_SECONDS to send its request body."""
+
+    code = "request.timeout"
+    status = 408
 
 
 class Unauthorized(SkiplockError):

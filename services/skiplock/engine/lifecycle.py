@@ -32,6 +32,12 @@ class Stop:
         for callback in self._callbacks:
             callback()
 
+    def set_urgent(self) -> None:
+        """Stop taking work and stop draining at once: a second signal's effect, in one call
+        (a role that knows draining is pointless, e.g. its threads no longer return)."""
+        self.urgent.set()
+        self.set()
+
     def is_set(self) -> bool:
         return self.requested.is_set()
 

@@ -78,7 +78,7 @@ class TaskContext:
             raise
         self._open_tx = (pool_cm, conn)
         yield conn
-        # the commit waits for the handler's return value: see Worker._settle_in_transaction
+        # the commit waits for the handler's return value: see Completer._settle_in_transaction
 
     def take_transaction(self):
         """(pool context, connection) of the handler's open transaction, or None."""

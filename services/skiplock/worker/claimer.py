@@ -1,0 +1,109 @@
+"""The claimer: asks the slots how many tasks it may take, claims them in one statement, and hands
+them to the handler threads.
+
+It claims on a notification, a freed slot or every poll interval, on a connection of its own
+(the writer writes outcomes meanwhile on another). It runs on the thread that called
+Worker.run(); after a stop it claims nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from ..engine.lifecycle import Stop
+from ..engine.metrics import Metrics, observe_many
+from ..engine.registry import Registry
+from ..engine.store import Store
+from .handler_threads import HandlerThreads
+from .slots import Run, Slots
+from .store_errors import DB_ERRORS, short, translated
+from .task_context import TaskContext
+
+log = logging.getLogger("skiplock.worker")
+
+
+class Claimed(NamedTuple):
+    claimed: int  # tasks claimed
+    asked: int    # the claim's limit (0: no claim was made)
+
+    @property
+    def full(self) -> bool:
+        """The claim got all it asked for: more is probably waiting."""
+        return self.claimed > 0 and self.claimed == self.asked
+
+
+class Claimer:
+    def __init__(self, store: Store, slots: Slots, threads: HandlerThreads, registry: Registry,
+                 metrics: Metrics, stop: Stop, owner: str, queues: Sequence[str], lease_seconds: float,
+                 outcomes_pending: Callable[[], int]):
+        self.store, self.slots, self.threads, self.registry = store, slots, threads, registry
+        self.stop, self.owner, self.queues, self.lease_seconds = stop, owner, tuple(queues), lease_seconds
+        self._outcomes_pending = outcomes_pending  # for the log line of a failed claim
+        self.db_ok = False  # the database answered the last claim (readiness)
+        # written by the claim onto tasks enqueued without max_attempts: the number in force, which
+        # the API shows without importing the handlers
+        self._kind_max_attempts: Mapping[str, int] = {
+            kind: registry.get(kind).max_attempts for kind in registry.kinds()}
+        self._metrics = metrics
+        # per queue, labelled at its first claim: labels() takes a lock and builds a tuple per call
+        self._waited: dict = {}
+        self._claimed: dict = {}
+
+    def run(self) -> None:
+        """Claim until stopped."""
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                result = self.run_once()
+                self.db_ok = True
+                failures = 0
+            except DB_ERRORS as exc:
+                self.db_ok = False
+                failures += 1
+                delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
+                log.warning("claim failed; retrying", extra={"error": short(exc), "retry_in": round(delay, 2),
+                                                             "outcomes_pending": self._outcomes_pending()})
+                self.stop.wait(delay)
+                continue
+            if result.full:
+                continue
+            self.slots.wait_for_work()
+            self.slots.gather()
+
+    def run_once(self) -> Claimed:
+        """One claim (one statement, one commit) into the free slots."""
+        limit, announced = self.slots.claim_limit()
+        if not limit:
+            return Claimed(0, 0)
+        with translated:
+            tasks = self.store.claim(self.queues, limit, self.owner, self.lease_seconds, self._kind_max_attempts)
+        runs = []
+        waits: dict[str, list[float]] = {}
+        get_definition, store = self.registry.get, self.store
+        for task in tasks:
+            runs.append(Run(task, TaskContext(task, store), get_definition(task.kind)))
+            waited = task.waited_seconds
+            waits.setdefault(task.queue, []).append(waited if waited > 0.0 else 0.0)
+        for queue, queue_waits in waits.items():
+            observe_many(self._labelled(self._waited, self._metrics.task_wait, queue), queue_waits)
+            self._labelled(self._claimed, self._metrics.tasks_claimed, queue).inc(len(queue_waits))
+        self.slots.claimed(runs, limit, announced)
+        if runs:
+            self.threads.dispatch(runs)
+        return Claimed(len(runs), limit)
+
+    def on_notify(self, payload: str | None) -> None:
+        """The listener's callback. A notification names the queue that got work; "*" (a resumed
+        pause) and None (the listener reconnected) mean "look everywhere"."""
+        if payload is None or payload == "*" or payload in self.queues:
+            self.slots.announce()
+
+    @staticmethod
+    def _labelled(children: dict, metric, queue: str):
+        child = children.get(queue)
+        if child is None:
+            child = children[queue] = metric.labels(queue)
+        return child

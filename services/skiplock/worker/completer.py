@@ -1,0 +1,273 @@
+"""The completer: takes each handler's Settlement and writes outcomes, many per statement.
+
+It owns the outcome queue and the writer thread. Handler threads hand it what they return
+(`accept`); the writer writes what has gathered while the last statement ran (`run_once`), on a
+connection of its own, fenced by each claim's lease token; shutdown writes the rest (`flush`).
+A failed write keeps its outcomes (fenced: writing them late is safe) and is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+from ..engine.errors import DataRefused
+from ..engine.logs import log_task_failed
+from ..engine.metrics import Metrics, observe_many
+from ..engine.model import Settlement
+from ..engine.store import Store
+from .executor import retry_later, settlement
+from .slots import Run, Slots
+from .store_errors import DB_ERRORS, short, translated
+
+log = logging.getLogger("skiplock.worker")
+
+# outcomes per statement, at most
+_BATCH = 1000
+
+
+class Completer:
+    def __init__(self, store: Store, slots: Slots, metrics: Metrics, urgent: threading.Event):
+        self.store, self.slots, self.metrics = store, slots, metrics
+        self._urgent = urgent
+        self._outcomes: collections.deque[Run] = collections.deque()  # finished, to be written
+        self._ready = threading.Event()   # the writer's: an outcome is waiting
+        self._stop = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._children: dict = {}
+
+    # ---- what handlers return -----------------------------------------------------------------
+    def accept(self, run: Run, outcome: Settlement) -> None:
+        """A handler returned `outcome` (on its thread): free its slot and queue the outcome, or
+        write it on the handler's own transaction."""
+        elapsed = time.monotonic() - run.started
+        held = run.ctx.take_transaction()
+        if not self.slots.handler_returned(run):
+            if held is not None:
+                _rollback(held)
+            log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": outcome.outcome})
+            return
+        run.elapsed = elapsed  # observed in _record, many at a time
+        if held is not None:
+            self._settle_in_transaction(run, outcome, held)
+        else:
+            run.settlement = outcome
+            self.submit(run)
+        self.slots.wake_claimer()
+
+    def submit(self, run: Run) -> None:
+        """Queue `run.settlement` for the writer."""
+        self._outcomes.append(run)
+        if not self._ready.is_set():  # set() takes a lock and notifies: skip it when already set
+            self._ready.set()
+
+    def pending(self) -> int:
+        return len(self._outcomes)
+
+    # ---- the writer ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._writer = threading.Thread(target=self._write_loop, name="writer", daemon=True)
+        self._writer.start()
+
+    def stop_writer(self, timeout: float = 2.0) -> None:
+        """Stop the writer thread (flush() then writes what is left)."""
+        self._stop.set()
+        self._ready.set()
+        if self._writer is not None:
+            self._writer.join(timeout=timeout)
+
+    def _write_loop(self) -> None:
+        """Outcomes as they come, many per statement (those that finish while one is being
+        written go in the next)."""
+        failures = 0
+        while not self._stop.is_set():
+            if not self._outcomes:
+                self._ready.wait(1.0)
+                self._ready.clear()
+                continue
+            failures = self._write_or_back_off(failures, 15.0, self._stop.wait)
+
+    def _write_or_back_off(self, failures: int, cap: float, pause) -> int:
+        """run_once(); on connection trouble, log and pause(seconds) for a jittered exponential
+        backoff. Returns the count of failures in a row."""
+        try:
+            self.run_once()
+            return 0
+        except DB_ERRORS as exc:
+            failures += 1
+            delay = random.uniform(0, min(cap, 0.1 * 2**failures))
+            log.warning("writing outcomes failed; retrying",
+                        extra={"error": short(exc), "retry_in": round(delay, 2), "pending": len(self._outcomes)})
+            pause(delay)
+            return failures
+
+    def run_once(self) -> int:
+        """Write the outcomes finished so far in one statement; returns how many it took. On
+        connection trouble they are kept and it raises."""
+        batch = self._take()
+        if not batch:
+            return 0
+        try:
+            with translated:
+                applied = self.store.settle([r.settlement for r in batch])
+        except DataRefused:
+            # one outcome the database refuses must not hold up the others
+            self._settle_one_by_one(batch)
+            return len(batch)
+        except BaseException:
+            self._outcomes.extendleft(reversed(batch))
+            raise
+        self._record(batch, applied)
+        if "queued" in applied.values():
+            # a retry or step due now, or a release: the claimer may have stopped looking
+            self.slots.announce()
+        return len(batch)
+
+    def flush(self, deadline: float) -> None:
+        """Write every outcome held (shutdown): retry through a database outage until `deadline`,
+        or until the first failure once the stop is urgent."""
+        failures = 0
+        while (self._outcomes or self.slots.holding()) and time.monotonic() < deadline:
+            if not self._outcomes:
+                time.sleep(0.01)  # an outcome is on its way (a handler is returning)
+                continue
+            failures = self._write_or_back_off(
+                failures, 2.0, lambda delay: time.sleep(max(0.0, min(delay, deadline - time.monotonic()))))
+            if failures and self._urgent.is_set():
+                return
+
+    def _take(self) -> list[Run]:
+        batch = []
+        try:
+            while len(batch) < _BATCH:
+                batch.append(self._outcomes.popleft())
+        except IndexError:
+            pass
+        return batch
+
+    def _settle_in_transaction(self, run: Run, outcome: Settlement, held) -> None:
+        """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
+        pool_cm, conn = held
+        if outcome.outcome not in ("completed", "step"):
+            _rollback(held)  # a failure undoes the handler's writes, then is recorded as usual
+            run.settlement = outcome
+            self.submit(run)
+            return
+        try:
+            with translated:
+                applied = self.store.settle([outcome], conn=conn)
+                if applied:
+                    conn.commit()
+                else:
+                    conn.rollback()
+        except DB_ERRORS as exc:
+            _rollback(held, close=True)
+            log.warning("transactional outcome failed; handler writes rolled back",
+                        extra={"task_id": str(run.task.id), "error": short(exc)})
+            run.settlement = retry_later(run, f"transaction failed: {short(exc)}")
+            self.submit(run)
+            return
+        pool_cm.__exit__(None, None, None)
+        run.settlement = outcome
+        self._record([run], applied)
+
+    def _settle_one_by_one(self, batch: list[Run]) -> None:
+        for run in batch:
+            try:
+                with translated:
+                    applied = self.store.settle([run.settlement])
+            except DataRefused as exc:
+                log.error("the database refused an outcome; failing the task",
+                          extra={"task_id": str(run.task.id), "error": short(exc)})
+                run.settlement = settlement(run, "failed", error=f"outcome not storable: {short(exc)}")
+                try:
+                    with translated:
+                        applied = self.store.settle([run.settlement])
+                except DB_ERRORS as exc2:  # the lease will expire and a reclaim takes over
+                    log.error("could not record the failure", extra={"task_id": str(run.task.id),
+                                                                      "error": short(exc2)})
+                    applied = {}
+            except DB_ERRORS:
+                self.submit(run)  # connection trouble: back in line for the normal retry
+                continue
+            self._record([run], applied)
+
+    # ---- accounting ---------------------------------------------------------------------------
+    def _record(self, runs: Sequence[Run], applied: dict[uuid.UUID, str]) -> None:
+        finished: dict[tuple[str, str, str], int] = {}
+        durations: dict[tuple[str, str], list[float]] = {}
+        settled = rejected = 0
+        for run in runs:
+            task = run.task
+            if run.elapsed is not None:
+                durations.setdefault((task.queue, task.kind), []).append(run.elapsed)
+            state = applied.get(task.id)
+            operation = run.settlement.outcome
+            if state is None:
+                self._refused(operation, run)
+                rejected += 1
+                continue
+            if state == "failed":
+                log_task_failed(log, task_id=task.id, kind=task.kind, queue=task.queue, attempts=task.attempt,
+                                error=run.settlement.error)
+            settled += 1
+            key = (task.queue, task.kind, _outcome_label(operation, state))
+            finished[key] = finished.get(key, 0) + 1
+        for labels, n in finished.items():
+            self._child(self.metrics.tasks_finished, *labels).inc(n)
+        for labels, values in durations.items():
+            observe_many(self._child(self.metrics.task_duration, *labels), values)
+        # after the metrics: whoever sees the counts sees the metrics they count
+        self.slots.written(runs, settled, rejected)
+
+    def reject(self, operation: str, runs: Sequence[Run]) -> None:
+        """Count and log writes of `operation` that found their claims lost."""
+        for run in runs:
+            self._refused(operation, run)
+        self.slots.count("rejected", len(runs))
+
+    def _refused(self, operation: str, run: Run) -> None:
+        self.metrics.stale_writes_rejected.labels(operation).inc()
+        log.warning("stale write rejected: the claim was lost",
+                    extra={"task_id": str(run.task.id), "operation": operation,
+                           "lease_token": run.task.lease_token})
+
+    def _child(self, metric, *labels):
+        """metric.labels(*labels), cached: labels() takes a lock and builds a tuple per call."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+
+def _outcome_label(operation: str, state: str) -> str:
+    if state in ("completed", "failed", "cancelled"):
+        return state
+    return {"retry": "retried", "step": "checkpoint", "released": "released"}.get(operation, operation)
+
+
+def _rollback(held, close: bool = False) -> None:
+    """Roll back and return a handler's connection; one that will not roll back is closed."""
+    pool_cm, conn = held
+    try:
+        with translated:
+            conn.rollback()
+    except DB_ERRORS:
+        close = True
+    if close:
+        try:
+            with translated:
+                conn.close()
+        except DB_ERRORS:
+            pass
+    try:
+        with translated:
+            pool_cm.__exit__(None, None, None)
+    except DB_ERRORS:
+        pass  # the pool replaces a connection it cannot take back

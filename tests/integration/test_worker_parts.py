@@ -1,0 +1,106 @@
+"""The worker's parts one unit of work at a time, through their run_once(): the claimer claims
+into the slots, the completer writes a batch, the keeper heartbeats and times out. The worker is
+built but not started, so no thread runs a handler behind the test's back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import skiplock
+import tests.support.handlers  # noqa: F401 - registers the t.* kinds
+from skiplock.engine.metrics import Metrics
+from skiplock.engine.registry import REGISTRY
+from skiplock.engine.settings import Settings
+from skiplock.worker.executor import settlement
+from skiplock.worker.worker import Worker
+
+
+@pytest.fixture
+def worker(db_url, store, monkeypatch):
+    monkeypatch.setenv("SKIPLOCK_DATABASE_URL", db_url)  # the t.* handlers record through it
+    settings = Settings(database_url=db_url, concurrency=3, poll_seconds=0.1, stuck_grace_seconds=1)
+    return Worker(settings, store, registry=REGISTRY, metrics=Metrics())
+
+
+def states(db) -> dict[str, int]:
+    return dict(db.execute("SELECT state, count(*) FROM skiplock.tasks GROUP BY state").fetchall())
+
+
+def test_the_claimer_claims_up_to_the_free_slots(worker, db_url, db):
+    for _ in range(5):
+        skiplock.enqueue(db_url, "t.noop", {})
+    first = worker.claimer.run_once()
+    assert (first.claimed, first.asked, first.full) == (3, 3, True)
+    assert worker.slots.busy == 3 and worker.slots.in_flight() == 3
+    assert worker.counts["claimed"] == 3
+    assert states(db) == {"running": 3, "queued": 2}
+    # every slot is taken: no claim is made at all
+    assert worker.claimer.run_once() == (0, 0)
+    assert states(db) == {"running": 3, "queued": 2}
+
+
+def test_a_claim_that_finds_the_queues_empty_waits_for_the_poll_or_a_notification(worker, db_url, db):
+    skiplock.enqueue(db_url, "t.noop", {})
+    assert worker.claimer.run_once() == (1, 3)  # asked for all three free slots
+    skiplock.enqueue(db_url, "t.noop", {})
+    assert worker.claimer.run_once() == (0, 0)  # drained: not before the poll interval
+    worker.claimer.on_notify("default")
+    assert worker.claimer.run_once().claimed == 1
+
+
+def test_the_completer_writes_a_batch_in_one_run(worker, db_url, db):
+    for _ in range(3):
+        skiplock.enqueue(db_url, "t.noop", {})
+    assert worker.claimer.run_once().claimed == 3
+    runs = worker.slots.held()
+    for run in runs:  # what a handler thread does when its handler returns
+        worker.completer.accept(run, settlement(run, "completed", result=None))
+    assert worker.slots.busy == 0 and worker.completer.pending() == 3
+    assert worker.completer.run_once() == 3
+    assert worker.completer.pending() == 0 and worker.slots.in_flight() == 0
+    assert worker.counts["settled"] == 3 and worker.counts["rejected"] == 0
+    assert states(db) == {"completed": 3}
+    assert worker.completer.run_once() == 0
+
+
+def test_the_completer_counts_a_write_its_fence_refused(worker, db_url, db):
+    task_id = skiplock.enqueue(db_url, "t.noop", {})
+    assert worker.claimer.run_once().claimed == 1
+    db.execute("UPDATE skiplock.tasks SET lease_token = lease_token + 1 WHERE id = %s", (task_id,))
+    (run,) = worker.slots.held()
+    worker.completer.accept(run, settlement(run, "completed", result=None))
+    assert worker.completer.run_once() == 1
+    assert worker.counts["rejected"] == 1 and worker.counts["settled"] == 0
+    assert worker.metrics.stale_writes_rejected.labels("completed")._value.get() == 1
+    assert states(db) == {"running": 1}
+
+
+def test_the_keeper_heartbeats_every_claim_and_gives_up_lost_ones(worker, db_url, db):
+    ids = [skiplock.enqueue(db_url, "t.noop", {}) for _ in range(2)]
+    assert worker.claimer.run_once().claimed == 2
+    db.execute("UPDATE skiplock.tasks SET lease_until = now() + interval '1 second'")
+    db.execute("UPDATE skiplock.tasks SET lease_token = lease_token + 1 WHERE id = %s", (ids[0],))
+    done = worker.keeper.run_once(time.monotonic() + worker.config.heartbeat_seconds)
+    assert done["heartbeats"] == 1  # the other claim is held by someone else now
+    assert worker.slots.busy == 1 and worker.slots.in_flight() == 1
+    assert worker.counts["rejected"] == 1
+    assert worker.metrics.stale_writes_rejected.labels("heartbeat")._value.get() == 1
+    renewed = db.execute("SELECT lease_until > now() + interval '10 seconds' FROM skiplock.tasks WHERE id = %s",
+                         (ids[1],)).fetchone()[0]
+    assert renewed
+
+
+def test_the_keeper_abandons_a_handler_past_its_timeout_and_the_completer_writes_the_retry(worker, db_url, db):
+    task_id = skiplock.enqueue(db_url, "t.timeout", {"sleep": 0})
+    assert worker.claimer.run_once().claimed == 1
+    assert worker.keeper.run_once(time.monotonic() + 0.1)["abandoned"] == 0  # within its 0.3 s
+    done = worker.keeper.run_once(time.monotonic() + 0.3 + worker.config.stuck_grace_seconds + 0.1)
+    assert done["abandoned"] == 1
+    assert worker.slots.busy == 0 and worker.completer.pending() == 1
+    assert worker.completer.run_once() == 1
+    # t.timeout allows one attempt: the retry the keeper asked for fails the task
+    row = db.execute("SELECT state, last_error FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
+    assert row[0] == "failed" and row[1].startswith("TimeoutError: timed out after 0.3s")
+    assert worker.exit_code == 0
