@@ -138,15 +138,19 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 10  # seconds a client may leave a read or write waiting: a slow one holds only its thread
+
     def log_message(self, format, *args):  # scrapes every few seconds: keep them out of the logs
         pass
 
 
 class MetricsServer:
-    """Serves /metrics, /healthz (the process is alive) and /readyz (`ready()` is true)."""
+    """Serves /metrics, /healthz (the process is alive, and `healthy()` is true when given) and
+    /readyz (`ready()` is true)."""
 
-    def __init__(self, metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0"):
-        self.metrics, self.ready = metrics, ready
+    def __init__(self, metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0",
+                 healthy: Callable[[], bool] | None = None):
+        self.metrics, self.ready, self.healthy = metrics, ready, healthy
         try:
             self._server = make_server(host, port, self._app, server_class=_Server, handler_class=_QuietHandler)
         except OSError as exc:
@@ -173,7 +177,9 @@ class MetricsServer:
         if path == "/metrics":
             body, status, ctype = self.metrics.render(), "200 OK", CONTENT_TYPE_LATEST
         elif path == "/healthz":
-            body, status, ctype = b"ok\n", "200 OK", "text/plain"
+            ok = self.healthy is None or self.healthy()
+            body = b"ok\n" if ok else b"not ok\n"
+            status, ctype = ("200 OK" if ok else "503 Service Unavailable"), "text/plain"
         elif path == "/readyz":
             ok = self.ready()
             body = b"ready\n" if ok else b"not ready\n"
