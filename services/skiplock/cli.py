@@ -220,11 +220,11 @@ def _webhooks(args, settings: Settings) -> int:
     try:
         if args.command == "webhooks":
             if args.action == "add":
-                endpoint = store.add_webhook(args.url, events, secret, args.description)
+                endpoint = store.webhooks.webhook_endpoint_insert(args.url, events, secret, args.description)
                 print(f"id: {endpoint.id}")
                 print(f"secret: {secret}   (shown once: store it with the receiver)")
             elif args.action == "list":
-                endpoints = store.list_webhooks()
+                endpoints = store.webhooks.webhook_endpoint_list()
                 if not endpoints:
                     print("no webhook endpoints")
                 for e in endpoints:
@@ -232,21 +232,22 @@ def _webhooks(args, settings: Settings) -> int:
                     print(f"{e.id}  {e.url}  events={','.join(e.event_types)}  {state}  "
                           f"pending={e.pending} dead={e.dead}")
             elif args.action == "remove":
-                store.remove_webhook(args.id)
+                store.webhooks.webhook_endpoint_delete(args.id)
                 print(f"removed: {args.id}")
             elif args.action == "rotate-secret":
                 secret = generate_secret()
-                store.set_webhook_secret(args.id, secret)
+                store.webhooks.webhook_endpoint_set_secret(args.id, secret)
                 print(f"secret: {secret}   (shown once)")
             else:
-                store.set_webhook_enabled(args.id, True)
+                store.webhooks.webhook_endpoint_set_enabled(args.id, True)
                 print(f"enabled: {args.id}")
         elif args.action == "list":
-            for d in store.list_deliveries(state=args.state, endpoint_id=args.endpoint, limit=args.limit):
+            for d in store.webhooks.webhook_delivery_list(state=args.state, endpoint_id=args.endpoint,
+                                                          limit=args.limit):
                 print(f"{d.id}  {d.event_type}  {d.state}  attempts={d.attempts}  "
                       f"last_status={d.last_status}  {d.last_error or ''}".rstrip())
         else:
-            n = store.redeliver(delivery_id=args.id, endpoint_id=args.endpoint)
+            n = store.webhooks.webhook_delivery_redeliver(delivery_id=args.id, endpoint_id=args.endpoint)
             if args.id and not n:
                 raise DeliveryNotFound(f"no dead delivery {args.id}")
             print(f"{n} deliver{'y' if n == 1 else 'ies'} queued again")
@@ -269,12 +270,13 @@ def _new_token(name: str, role: str) -> int:
 
 
 def _schedules(args, settings: Settings) -> int:
+    from .engine.schedule_actions import apply_schedules, set_schedule_enabled
     from .engine.schedules import load_file
     from .engine.store import Store
 
     definitions = load_file(args.file) if args.action == "apply" else None
     if args.action == "apply" and args.dry_run:
-        from .engine.store import check_schedule_payloads
+        from .engine.schedules import check_schedule_payloads
 
         check_schedule_payloads(definitions, settings.max_payload_bytes)
         for s in definitions:
@@ -283,19 +285,19 @@ def _schedules(args, settings: Settings) -> int:
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
         if args.action == "apply":
-            report = store.apply_schedules(definitions, prune=args.prune,
+            report = apply_schedules(store, definitions, prune=args.prune,
                                             max_payload_bytes=settings.max_payload_bytes)
             for outcome in ("created", "updated", "unchanged", "deleted"):
                 for name in report[outcome]:
                     print(f"{outcome}: {name}")
             print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
         elif args.action == "list":
-            _print_schedules(store.list_schedules())
+            _print_schedules(store.schedules.schedule_list())
         elif args.action == "delete":
-            store.delete_schedule(args.name)
+            store.schedules.schedule_delete(args.name)
             print(f"deleted: {args.name}")
         else:
-            store.set_schedule_enabled(args.name, args.action == "resume")
+            set_schedule_enabled(store, args.name, args.action == "resume")
             print(f"{'resumed' if args.action == 'resume' else 'paused'}: {args.name}")
     finally:
         store.close()
@@ -331,7 +333,7 @@ def _workers(args, settings: Settings) -> int:
 
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
-        workers = store.list_workers()
+        workers = store.workers.worker_list()
     finally:
         store.close()
     if args.output == "json":

@@ -106,8 +106,8 @@ def _record_refusal(store, audit: tuple[str, str | None] | None, exc: SkiplockEr
     if audit is None or not 400 <= exc.status < 500:
         return
     action, target = audit
-    store.audit(actor=actor(), action=action, target=target, request_id=None, outcome=exc.code,
-                detail={"message": " ".join(str(exc).split())[:500]})
+    store.audit.audit_insert(actor=actor(), action=action, target=target, request_id=None, outcome=exc.code,
+                             detail={"message": " ".join(str(exc).split())[:500]})
 
 
 def _query(operation, values: dict, flags: dict[str, str]) -> dict:
@@ -136,7 +136,7 @@ def _plan(args):
         limit, task_id = q.pop("limit"), q.pop("id")
 
         def list_(store):
-            rows = store.list_tasks(**q, ids=None if task_id is None else [task_id], limit=limit + 1)
+            rows = store.tasks.task_list(**q, ids=None if task_id is None else [task_id], limit=limit + 1)
             more, rows = len(rows) > limit, rows[:limit]
             body = {"tasks": [render.task_json(t) for t in rows], "next_cursor": str(rows[-1].id) if more else None}
             return body, lambda: _tasks_table(body)
@@ -145,11 +145,11 @@ def _plan(args):
     if args.command == "tasks" and args.action in ("show", "events"):
         def show(store):
             if args.action == "show":
-                task = render.task_json(store.get(args.id))
+                task = render.task_json(store.tasks.task_get(args.id))
                 return task, lambda: _print_table(("FIELD", "VALUE"), [(k, _cell(v)) for k, v in task.items()], "")
-            events = store.events(args.id)
+            events = store.tasks.task_events_list(args.id)
             if not events:  # every task has its 'queued' event: none means no task
-                store.get(args.id)
+                store.tasks.task_get(args.id)
             body = {"events": [render.event_json(e) for e in events]}
             return body, lambda: _print_table(
                 ("SEQ", "TYPE", "AT (UTC)", "ATTEMPT", "DATA"),
@@ -199,7 +199,7 @@ def _plan(args):
 
         def audit(store):
             limit, cursor = q["limit"], q["cursor"]
-            rows = store.audit_entries(action=q["action"], actor=q["actor"], target=q["target"],
+            rows = store.audit.audit_list(action=q["action"], actor=q["actor"], target=q["target"],
                                        cursor=None if cursor is None else int(cursor), limit=limit + 1)
             more, rows = len(rows) > limit, rows[:limit]
             body = {"entries": [render.audit_json(e) for e in rows], "next_cursor": str(rows[-1].id) if more else None}
@@ -225,7 +225,7 @@ def _task_action(args):
         def one(store):
             change = cancel_task if args.action == "cancel" else resume_task
             state = change(store, args.id, actor=actor(), reason=args.reason)
-            return render.task_json(store.get(args.id)), lambda: print(f"{state}: {args.id}")
+            return render.task_json(store.tasks.task_get(args.id)), lambda: print(f"{state}: {args.id}")
         one.audit = ("task.cancel" if args.action == "cancel" else "task.resume", args.id)
         return one
 

@@ -53,9 +53,10 @@ def enqueue_demo(url: str, schema: str) -> int:
 
 
 def apply_demo_schedule(store) -> None:
+    from .engine.schedule_actions import apply_schedules
     from .engine.schedules import Schedule
 
-    store.apply_schedules([Schedule(name="demo.every-15s", kind="demo.hello", payload={"name": "schedule"},
+    apply_schedules(store, [Schedule(name="demo.every-15s", kind="demo.hello", payload={"name": "schedule"},
                                     interval_seconds=15)])
 
 

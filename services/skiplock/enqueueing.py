@@ -15,13 +15,12 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import psycopg
-
 from .engine import migrate as migrations
 from .engine import store as store_mod
 from .engine.errors import ConfigError, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader
-from .engine.store import TaskSpec
+from .engine.model import TaskSpec
+from .engine.store import Connection
 
 
 
@@ -49,7 +48,7 @@ _schema_ok: set[tuple] = set()
 _schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> schemas (quicker)
 
 
-def _require_schema(conn: psycopg.Connection, schema: str) -> None:
+def _require_schema(conn: Connection, schema: str) -> None:
     if schema in _schema_ok_on.get(conn, ()):
         return
     info = conn.info
@@ -73,7 +72,7 @@ def _require_schema(conn: psycopg.Connection, schema: str) -> None:
 def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
     """write(conn, schema) on the caller's connection, or on a short one of our own, committed."""
     schema = _schema(schema)
-    if isinstance(conn_or_url, psycopg.Connection):
+    if isinstance(conn_or_url, Connection):
         with store_mod.translated_errors():
             _require_schema(conn_or_url, schema)
         return write(conn_or_url, schema)
@@ -87,7 +86,7 @@ def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
     return ids
 
 
-def enqueue(conn_or_url: psycopg.Connection | str, kind: str, payload: Any = None, *,
+def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
             delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
             schema: str | None = None) -> uuid.UUID:
@@ -99,10 +98,10 @@ def enqueue(conn_or_url: psycopg.Connection | str, kind: str, payload: Any = Non
     spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                     idempotency_key=idempotency_key, max_attempts=max_attempts,
                     max_payload_bytes=_max_payload())
-    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.insert_tasks(conn, [spec], schema))[0]
+    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, [spec], schema))[0]
 
 
-def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Iterable[Any], *,
+def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[Any], *,
                  queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
                  delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
                  max_attempts: int | None = None, schema: str | None = None) -> list[uuid.UUID]:
@@ -124,7 +123,7 @@ def enqueue_many(conn_or_url: psycopg.Connection | str, kind: str, payloads: Ite
         return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
     rest = zip(payloads[1:], keys[1:] if keys else itertools.repeat(None))
     specs = [first] + [first.with_payload(p, k) for p, k in rest]
-    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.insert_tasks(conn, specs, schema))
+    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, specs, schema))
 
 
 def migrate(url: str, schema: str | None = None) -> list[str]:

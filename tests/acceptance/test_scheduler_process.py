@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from skiplock.engine.schedule_actions import apply_schedules
 from skiplock.engine.schedules import Schedule
 from tests.support import harness
 from tests.support.harness import ROOT, metric, scalar, wait_for
@@ -73,8 +74,8 @@ def _check_consecutive(fired, interval: dt.timedelta) -> None:
 @pytest.mark.timeout(60)
 def test_seed_experiment_3_replicas_200ms_for_5s_fire_25_times_not_75(db_url, db, store, processes):
     name, interval = "seed", dt.timedelta(seconds=0.2)
-    store.apply_schedules([Schedule(name, "t.noop", interval_seconds=0.2, overlap="allow", catchup="all")])
-    first_nominal = store.get_schedule(name).next_fire_at
+    apply_schedules(store, [Schedule(name, "t.noop", interval_seconds=0.2, overlap="allow", catchup="all")])
+    first_nominal = store.schedules.schedule_get(name).next_fire_at
 
     replicas = [processes.spawn(db_url, command="scheduler") for _ in range(3)]
     for proc in replicas:
@@ -131,9 +132,9 @@ def test_overlap_policy_with_a_worker_running_300ms_tasks_every_200ms(db_url, db
     scheduler = processes.spawn(db_url, command="scheduler")
     processes.wait_ready(worker)
     processes.wait_ready(scheduler)
-    store.apply_schedules([Schedule(name, "t.span", payload={"sleep": 0.3}, interval_seconds=0.2,
+    apply_schedules(store, [Schedule(name, "t.span", payload={"sleep": 0.3}, interval_seconds=0.2,
                                     overlap=overlap)])
-    first_nominal = store.get_schedule(name).next_fire_at
+    first_nominal = store.schedules.schedule_get(name).next_fire_at
 
     # ~3 s of nominal times; meanwhile sample the schedule's queued tasks and buffered decisions
     max_queued, buffered_seen, samples = 0, 0, 0
@@ -188,7 +189,7 @@ def test_overlap_policy_with_a_worker_running_300ms_tasks_every_200ms(db_url, db
 
 @pytest.mark.timeout(30)
 def test_sigterm_stops_a_scheduler_with_exit_code_0(db_url, db, store, processes):
-    store.apply_schedules([Schedule("tick", "t.noop", interval_seconds=0.2)])
+    apply_schedules(store, [Schedule("tick", "t.noop", interval_seconds=0.2)])
     scheduler = processes.spawn(db_url, command="scheduler")
     processes.wait_ready(scheduler)
     wait_for(lambda: _fired(db, "tick"), 15, message="a first fire")
@@ -271,7 +272,7 @@ def test_a_schedule_of_a_kind_no_worker_knows_still_fires(db_url, db, store, pro
     scheduler = processes.spawn(db_url, command="scheduler")
     processes.wait_ready(worker)
     processes.wait_ready(scheduler)
-    store.apply_schedules([Schedule(name, "nobody.knows", interval_seconds=0.2)])
+    apply_schedules(store, [Schedule(name, "nobody.knows", interval_seconds=0.2)])
 
     # overlap 'skip' (the default): each next fire needs the previous task to have ended, which the
     # worker does by failing it (no handler); the fires keep coming

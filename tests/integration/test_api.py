@@ -294,9 +294,9 @@ def test_unknown_routes_and_methods_answer_json(api):
 
 def finish(store, task_id, outcome: str) -> None:
     """Run a task to `outcome` the way a worker would: claim it, then settle."""
-    [claimed] = store.claim(["default"], 1, "test-worker", 30)
+    [claimed] = store.tasks.task_claim(["default"], 1, "test-worker", 30)
     assert claimed.id == task_id
-    assert store.settle([Settlement(task_id, claimed.lease_token, outcome, error="boom")]) == {task_id: outcome}
+    assert store.tasks.task_settle([Settlement(task_id, claimed.lease_token, outcome, error="boom")]) == {task_id: outcome}
 
 
 def test_cancel_resume_table_with_one_audit_row_each(api, db, store):
@@ -310,11 +310,11 @@ def test_cancel_resume_table_with_one_audit_row_each(api, db, store):
     assert (r.status_code, r.get_json()["state"], r.get_json()["attempts"]) == (200, "queued", 0)
 
     failed = submit({"case": "failed"})  # cancel + resume above left `queued` first in line: claim it away
-    store.cancel(queued)
+    store.tasks.task_cancel(queued)
     finish(store, failed, "failed")
     r = api.post(f"/v1/tasks/{failed}/resume")
     assert (r.status_code, r.get_json()["state"], r.get_json()["attempts"]) == (200, "queued", 0)
-    store.cancel(failed)
+    store.tasks.task_cancel(failed)
 
     completed = submit({"case": "completed"})
     finish(store, completed, "completed")
@@ -322,7 +322,7 @@ def test_cancel_resume_table_with_one_audit_row_each(api, db, store):
     assert error_of(api.post(f"/v1/tasks/{completed}/cancel"))[:2] == (409, "task.not_cancellable")
 
     running = submit({"case": "running"})
-    [claimed] = store.claim(["default"], 1, "test-worker", 30)
+    [claimed] = store.tasks.task_claim(["default"], 1, "test-worker", 30)
     assert claimed.id == running
     r = api.post(f"/v1/tasks/{running}/cancel")
     assert (r.status_code, r.get_json()["state"]) == (200, "cancelling")
@@ -424,7 +424,7 @@ def test_queue_overview_and_pauses(api, db, store):
         (0, None, True)
     assert queues["empty"]["tasks"] == dict.fromkeys(["queued", "running", "cancelling", "completed", "failed",
                                                       "cancelled"], 0)
-    assert store.claim(["q1", "q2"], 10, "w", 30) and len(store.claim(["q1"], 10, "w", 30)) == 0
+    assert store.tasks.task_claim(["q1", "q2"], 10, "w", 30) and len(store.tasks.task_claim(["q1"], 10, "w", 30)) == 0
     assert api.post("/v1/kinds/b/resume").get_json() == {"kind": "b", "paused": False}
     assert api.post("/v1/queues/q2/resume").get_json() == {"queue": "q2", "paused": False}
     assert [r[1:] for r in audit_rows(db) if r[1] != "task.submit_batch"] == [

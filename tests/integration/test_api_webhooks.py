@@ -53,9 +53,9 @@ def endpoints(db) -> list[tuple]:
 def run_task(api, store, outcome="completed", queue="default") -> str:
     """A real transition: submit over HTTP, then claim and settle as a worker would."""
     task_id = api.post("/v1/tasks", json={"kind": "k", "queue": queue}).get_json()["id"]
-    [claimed] = store.claim([queue], 1, "test-worker", 30)
+    [claimed] = store.tasks.task_claim([queue], 1, "test-worker", 30)
     assert str(claimed.id) == task_id
-    assert store.settle([Settlement(claimed.id, claimed.lease_token, outcome, result={"ok": 1}, error="boom")]) \
+    assert store.tasks.task_settle([Settlement(claimed.id, claimed.lease_token, outcome, result={"ok": 1}, error="boom")]) \
         == {claimed.id: outcome}
     return task_id
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from skiplock.engine.errors import TaskNotResumable
-from skiplock.engine.store import TaskSpec
+from skiplock.engine.model import TaskSpec
 from skiplock.engine.task_actions import TaskFilter, bulk
 from tests.integration.test_api import api, audit_rows, count, error_of, make_api  # noqa: F401 (fixtures)
 
@@ -114,13 +114,13 @@ def test_batches_commit_separately_and_one_audit_row_counts_them_all(store, db):
     oldest = sorted(failed)
     assert states(db, oldest[:20]) == {"queued": 20}
     with pytest.raises(TaskNotResumable):
-        store.resume(oldest[0])
-    assert store.resume(oldest[20]) == "queued"
+        store.tasks.task_resume(oldest[0])
+    assert store.tasks.task_resume(oldest[20]) == "queued"
     assert count(db, "SELECT count(*) FROM skiplock.tasks WHERE state = 'queued'") == 21
 
 
 def test_listing_by_id_and_idempotency_key(api, store):
-    [keyed, other] = store.enqueue([TaskSpec("k", {}, idempotency_key="order-7"), TaskSpec("k", {})])
+    [keyed, other] = store.tasks.task_insert([TaskSpec("k", {}, idempotency_key="order-7"), TaskSpec("k", {})])
     assert [t["id"] for t in api.get("/v1/tasks?idempotency_key=order-7").get_json()["tasks"]] == [str(keyed)]
     assert [t["id"] for t in api.get(f"/v1/tasks?id={other}").get_json()["tasks"]] == [str(other)]
 

@@ -11,6 +11,7 @@ import psycopg
 import skiplock
 from skiplock.engine.model import Settlement
 from skiplock.engine.store import Store
+from skiplock.engine.store.tasks import settle_params
 
 
 def test_sixteen_threads_claim_twenty_thousand_tasks_each_exactly_once(db_url, db):
@@ -24,7 +25,7 @@ def test_sixteen_threads_claim_twenty_thousand_tasks_each_exactly_once(db_url, d
     def claimer(n: int) -> None:
         limit = 7 + n  # different batch sizes per thread
         while True:
-            batch = store.claim(["default"], limit, f"claimer-{n}", 300)
+            batch = store.tasks.task_claim(["default"], limit, f"claimer-{n}", 300)
             if len(batch) > limit:
                 oversized.append(len(batch))
             if not batch:
@@ -54,7 +55,7 @@ def test_claim_order_is_priority_then_run_after(store, db_url):
     low = skiplock.enqueue(db_url, "t.noop", {}, priority=0)
     high = skiplock.enqueue(db_url, "t.noop", {}, priority=5)
     later = skiplock.enqueue(db_url, "t.noop", {}, priority=0, delay=3600)
-    claimed = store.claim(["default"], 10, "w", 30)
+    claimed = store.tasks.task_claim(["default"], 10, "w", 30)
     assert [t.id for t in claimed] == [high, low]
     assert later not in [t.id for t in claimed]
 
@@ -63,26 +64,26 @@ def test_claim_only_from_own_queues_and_skips_paused(store, db_url):
     a = skiplock.enqueue(db_url, "t.noop", {}, queue="a")
     b = skiplock.enqueue(db_url, "t.noop", {}, queue="b")
     b_other_kind = skiplock.enqueue(db_url, "t.record", {}, queue="b")
-    store.pause("queue", "a")
-    store.pause("kind", "t.noop")
-    assert [t.id for t in store.claim(["a", "b"], 10, "w", 30)] == [b_other_kind]
-    store.unpause("kind", "t.noop")
-    assert [t.id for t in store.claim(["a", "b"], 10, "w", 30)] == [b]
-    store.unpause("queue", "a")
-    assert [t.id for t in store.claim(["a", "b"], 10, "w", 30)] == [a]
+    store.tasks.pause_set("queue", "a")
+    store.tasks.pause_set("kind", "t.noop")
+    assert [t.id for t in store.tasks.task_claim(["a", "b"], 10, "w", 30)] == [b_other_kind]
+    store.tasks.pause_clear("kind", "t.noop")
+    assert [t.id for t in store.tasks.task_claim(["a", "b"], 10, "w", 30)] == [b]
+    store.tasks.pause_clear("queue", "a")
+    assert [t.id for t in store.tasks.task_claim(["a", "b"], 10, "w", 30)] == [a]
 
 
 def test_lease_tokens_strictly_increase_across_claims(store, db_url):
     skiplock.enqueue_many(db_url, "t.noop", [{}] * 5)
-    first = store.claim(["default"], 2, "w", 30)
-    second = store.claim(["default"], 3, "w", 30)
+    first = store.tasks.task_claim(["default"], 2, "w", 30)
+    second = store.tasks.task_claim(["default"], 3, "w", 30)
     tokens = [t.lease_token for t in first + second]
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
 
 
 def test_claim_reports_wait_and_attempt(store, db_url):
     skiplock.enqueue(db_url, "t.noop", {"x": 1})
-    (task,) = store.claim(["default"], 1, "w", 30)
+    (task,) = store.tasks.task_claim(["default"], 1, "w", 30)
     assert task.attempt == 1
     assert task.payload == {"x": 1}
     assert 0 <= task.waited_seconds < 60
@@ -116,21 +117,21 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
     store = Store(db_url, worker_connections=True).open(wait=True)
     try:
         for _ in range(8):  # psycopg prepares a statement on its sixth use
-            claimed = store.claim(["default"], 5, "w", 30)
+            claimed = store.tasks.task_claim(["default"], 5, "w", 30)
             assert len(claimed) == 5
             released = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="released") for t in claimed]
-            assert set(store.settle(released).values()) == {"queued"}
+            assert set(store.tasks.task_settle(released).values()) == {"queued"}
         skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(5_000)])
         db.execute("ANALYZE skiplock.tasks")
-        claimed = store.claim(["default"], 100, "w", 30)
+        claimed = store.tasks.task_claim(["default"], 100, "w", 30)
         assert len(claimed) == 100
         settlements = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="completed") for t in claimed]
-        params = store._settle_params(settlements)
+        params = settle_params(settlements)
         params.update(queues=["default"], limit=100, owner="w", lease_seconds=30, kind_max_attempts=None)
 
-        for name, pool in (("task_claim", store._claim_pool), ("task_settle", store._outcome_pool)):
-            with store.connection(pool=pool) as conn:
-                plan, generic, custom = _explain_prepared(conn, params, store.sql[name])
+        for name, pool in (("task_claim", store.db.claim_pool), ("task_settle", store.db.outcome_pool)):
+            with store.db.connection(pool=pool) as conn:
+                plan, generic, custom = _explain_prepared(conn, params, store.db.sql[name])
                 assert (generic >= 1, custom) == (True, 0), name
                 assert "Seq Scan" not in plan and "Hash" not in plan and "Merge" not in plan, (name, plan)
                 if name == "task_claim":
@@ -162,7 +163,7 @@ def test_new_worker_connections_run_their_statement_once_and_change_nothing(db_u
         assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'queued' AND id = ANY(%s)",
                           (ids,)).fetchone()[0] == 3
         assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 3
-        assert len(store.claim(["default"], 10, "w", 30)) == 3
+        assert len(store.tasks.task_claim(["default"], 10, "w", 30)) == 3
     finally:
         store.close()
 
@@ -175,7 +176,7 @@ def test_claimed_payloads_come_back_as_they_were_enqueued(db_url, db):
     ids = [skiplock.enqueue(db_url, "t.noop", p) for p in payloads]
     store = Store(db_url, worker_connections=True).open(wait=True)
     try:
-        claimed = {t.id: t.payload for t in store.claim(["default"], 100, "w", 30)}
+        claimed = {t.id: t.payload for t in store.tasks.task_claim(["default"], 100, "w", 30)}
     finally:
         store.close()
     expected = [{} if p is None else p for p in payloads]  # no payload is stored as {}

@@ -120,7 +120,7 @@ def test_actions_run_the_api_and_write_its_audit_rows(make_app, db_url, store, d
                     ("admin-bot", "task.resume", str(task_id), "task.not_resumable")]
     audit = client.get("/ui/audit?action=task.resume")
     assert audit.text.count("<td>task.resume</td>") == 2
-    events = [e.type for e in store.events(task_id)]
+    events = [e.type for e in store.tasks.task_events_list(task_id)]
     assert events == ["queued", "cancelled", "resumed"]
     assert re.findall(r'<td class="num">(\d+)</td><td>(\w+)</td>', page.text) == [("1", "queued"), ("2", "cancelled")]
 

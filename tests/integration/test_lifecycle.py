@@ -179,20 +179,20 @@ def test_cancel_a_running_task_reaches_the_handler_through_the_heartbeat(make_wo
     worker = make_worker(lease_seconds=3, heartbeat_seconds=0.2, shutdown_grace_seconds=1)
     task_id = skiplock.enqueue(db_url, "t.cancellable", {"sleep": 20})
     wait_for(lambda: (worker.run_once(), executions(db, task_id))[1] == 1, 10, message="handler started")
-    assert store.cancel(task_id) == "cancelling"
+    assert store.tasks.task_cancel(task_id) == "cancelling"
     assert drain(worker, db, task_id, timeout=10) == "cancelled"
     assert [t for _, t in events(db, task_id)][-2:] == ["cancelling", "cancelled"]
 
 
 def test_cancel_a_queued_task_and_resume_it(make_worker, db_url, db, store):
     task_id = skiplock.enqueue(db_url, "t.record", {}, delay=3600)
-    assert store.cancel(task_id) == "cancelled"
-    assert store.resume(task_id) == "queued"
+    assert store.tasks.task_cancel(task_id) == "cancelled"
+    assert store.tasks.task_resume(task_id) == "queued"
     assert task_row(db, task_id)["run_after"] <= db.execute("SELECT now()").fetchone()[0]
     worker = make_worker()
     assert drain(worker, db, task_id) == "completed"
     with pytest.raises(skiplock.engine.errors.TaskNotResumable):
-        store.resume(task_id)
+        store.tasks.task_resume(task_id)
 
 
 def test_timeout_abandons_a_handler_that_ignores_it(make_worker, db_url, db):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import skiplock
 from skiplock.engine.metrics import Metrics
 from skiplock.engine.store import Store
-from skiplock.scheduler.maintenance import QueueGauges, Reaper, Retention
+from skiplock.scheduler.maintenance import QueueGauges, Reclaimer, Retention
 from tests.support.harness import metric
 
 
@@ -15,26 +15,26 @@ def _set(db, task_id, sql: str) -> None:
 
 def test_reaper_requeues_fails_and_cancels_expired_claims(store: Store, db_url, db):
     ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 4)
-    store.claim(["default"], 4, "gone-worker", 30)
+    store.tasks.task_claim(["default"], 4, "gone-worker", 30)
     expired, exhausted, cancelling, healthy = ids
     _set(db, expired, "lease_until = now() - interval '1 second'")
     _set(db, exhausted, "lease_until = now() - interval '1 second', reclaims = 10")
     _set(db, cancelling, "lease_until = now() - interval '1 second', state = 'cancelling'")
     metrics = Metrics()
-    assert Reaper(store, metrics, max_reclaims=10).run_once() == {"queued": 1, "failed": 1, "cancelled": 1}
+    assert Reclaimer(store, metrics, max_reclaims=10).run_once() == {"queued": 1, "failed": 1, "cancelled": 1}
     states = dict(db.execute("SELECT id, state FROM skiplock.tasks").fetchall())
     assert states == {expired: "queued", exhausted: "failed", cancelling: "cancelled", healthy: "running"}
     assert metric(dict(_samples(metrics)), "skiplock_task_reclaims_total", queue="default") == 2
-    assert Reaper(store, metrics, max_reclaims=10).run_once() == {}  # nothing left to do
+    assert Reclaimer(store, metrics, max_reclaims=10).run_once() == {}  # nothing left to do
 
 
 def test_a_task_the_reaper_fails_logs_one_line(store: Store, db_url, db, caplog):
     exhausted, requeued = skiplock.enqueue_many(db_url, "t.noop", [{}] * 2, queue="q1")
-    store.claim(["q1"], 2, "gone-worker", 30)
+    store.tasks.task_claim(["q1"], 2, "gone-worker", 30)
     _set(db, exhausted, "lease_until = now() - interval '1 second', reclaims = 3")
     _set(db, requeued, "lease_until = now() - interval '1 second'")
     with caplog.at_level("INFO", logger="skiplock.maintenance"):
-        assert Reaper(store, Metrics(), max_reclaims=3).run_once() == {"queued": 1, "failed": 1}
+        assert Reclaimer(store, Metrics(), max_reclaims=3).run_once() == {"queued": 1, "failed": 1}
     failed = [r for r in caplog.records if r.getMessage() == "task failed"]
     assert [(r.levelname, r.task_id, r.kind, r.queue, r.attempts, r.error) for r in failed] == [
         ("ERROR", str(exhausted), "t.noop", "q1", 1, "lease of gone-worker expired (reclaim 4)")]
@@ -81,10 +81,10 @@ def test_gauges_count_only_what_is_claimable_now(store: Store, db_url, db):
                (now_ids,))
     db.execute("UPDATE skiplock.tasks SET run_after = now() - interval '1 hour' WHERE id = ANY(%s) "
                "OR queue = 'paused'", (paused_kind,))
-    store.pause("kind", "t.other")
-    store.pause("queue", "paused")
+    store.tasks.pause_set("kind", "t.other")
+    store.tasks.pause_set("queue", "paused")
     running = skiplock.enqueue(db_url, "t.noop", {}, queue="work")
-    store.claim(["work"], 1, "w", 30)
+    store.tasks.task_claim(["work"], 1, "w", 30)
     metrics = Metrics()
     gauges = QueueGauges(store, metrics)
     gauges.run_once()
@@ -102,7 +102,7 @@ def test_gauges_count_only_what_is_claimable_now(store: Store, db_url, db):
     # once the work queue's task finishes and main drains, the gauges fall to 0 (not stale)
     db.execute("UPDATE skiplock.tasks SET state = 'completed', finished_at = now() WHERE id = %s", (running,))
     db.execute("DELETE FROM skiplock.tasks WHERE queue = 'main'")
-    store.unpause("kind", "t.other")
+    store.tasks.pause_clear("kind", "t.other")
     gauges.run_once()
     samples = dict(_samples(metrics))
     assert metric(samples, "skiplock_queue_claimable_tasks", queue="main") == 0

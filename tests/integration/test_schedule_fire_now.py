@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from skiplock.engine.metrics import Metrics
+from skiplock.engine.schedule_actions import apply_schedules
 from skiplock.engine.schedules import Schedule, idempotency_key
 from skiplock.scheduler.firing import Firer
 from tests.integration.test_api import make_api  # noqa: F401 (fixture)
@@ -60,9 +61,9 @@ def test_the_schedules_page_shows_fired_and_skipped_times_and_fires_now(make_app
     sign_in(admin, "admin")
     page = admin.get("/ui/schedules").text
     assert "No schedule yet." in page
-    store.apply_schedules([Schedule(name="tick", kind="k", queue="q", interval_seconds=60, overlap="skip")])
+    apply_schedules(store, [Schedule(name="tick", kind="k", queue="q", interval_seconds=60, overlap="skip")])
     # the scheduler fires the first time; the second finds that task still queued and skips it
-    start = store.get_schedule("tick").next_fire_at
+    start = store.schedules.schedule_get("tick").next_fire_at
     firer = Firer(store, Metrics())
     assert firer.run_once(now=start + dt.timedelta(seconds=1)).fired == 1
     assert firer.run_once(now=start + dt.timedelta(seconds=61)).skipped == 1

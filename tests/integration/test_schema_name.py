@@ -27,9 +27,9 @@ def test_a_renamed_schema_enqueues_wakes_claims_and_settles_on_its_own(db_url, d
 
     store = Store(db_url, "jobs", worker_connections=True).open(wait=True)
     try:
-        claimed = store.claim(["a", "b"], 200, "w", 30)
+        claimed = store.tasks.task_claim(["a", "b"], 200, "w", 30)
         assert len(claimed) == 101 and {t.id for t in claimed} == {one, *many}
-        applied = store.settle([Settlement(t.id, t.lease_token, "completed") for t in claimed])
+        applied = store.tasks.task_settle([Settlement(t.id, t.lease_token, "completed") for t in claimed])
         assert set(applied.values()) == {"completed"} and len(applied) == 101
     finally:
         store.close()

@@ -84,7 +84,7 @@ class Recorder:
 def add_endpoint(store: Store, receiver: HTTPServer, path: str, events=("task.*",), answers=(200,)):
     """An endpoint at `path` of the receiver, and the Recorder answering there."""
     secret = generate_secret()
-    endpoint = store.add_webhook(f"http://127.0.0.1:{receiver.port}{path}", list(events), secret)
+    endpoint = store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{receiver.port}{path}", list(events), secret)
     recorder = Recorder(secret, answers)
     receiver.expect_request(path, method="POST").respond_with_handler(recorder)
     return endpoint, recorder
@@ -92,9 +92,9 @@ def add_endpoint(store: Store, receiver: HTTPServer, path: str, events=("task.*"
 
 def complete(store: Store, db_url: str, result=None, kind: str = "t.noop") -> uuid.UUID:
     task_id = skiplock.enqueue(db_url, kind, {})
-    (task,) = store.claim(["default"], 1, "w", 30)
+    (task,) = store.tasks.task_claim(["default"], 1, "w", 30)
     assert task.id == task_id
-    assert store.settle([Settlement(task_id, task.lease_token, "completed", result=result)]) == \
+    assert store.tasks.task_settle([Settlement(task_id, task.lease_token, "completed", result=result)]) == \
         {task_id: "completed"}
     return task_id
 
@@ -129,14 +129,14 @@ def test_fan_out_one_delivery_per_matching_enabled_endpoint_per_event(store, db_
     failures, _ = add_endpoint(store, receiver, "/b", events=["task.failed", "task.retrying"])
     everything, _ = add_endpoint(store, receiver, "/c", events=["task.*"])
     disabled, _ = add_endpoint(store, receiver, "/d", events=["task.*"])
-    store.set_webhook_enabled(disabled.id, False, reason="test")
+    store.webhooks.webhook_endpoint_set_enabled(disabled.id, False, reason="test")
 
     done = complete(store, db_url, result={"n": 1})
     flaky = skiplock.enqueue(db_url, "t.noop", {}, max_attempts=5)
-    (t,) = store.claim(["default"], 1, "w", 30)
-    store.settle([Settlement(flaky, t.lease_token, "retry", error="flaky", delay=0)])
-    (t,) = store.claim(["default"], 1, "w", 30)
-    store.settle([Settlement(flaky, t.lease_token, "failed", error="broken")])
+    (t,) = store.tasks.task_claim(["default"], 1, "w", 30)
+    store.tasks.task_settle([Settlement(flaky, t.lease_token, "retry", error="flaky", delay=0)])
+    (t,) = store.tasks.task_claim(["default"], 1, "w", 30)
+    store.tasks.task_settle([Settlement(flaky, t.lease_token, "failed", error="broken")])
 
     def counts(endpoint):
         return dict(db.execute("SELECT event_type, count(*) FROM skiplock.webhook_deliveries "
@@ -158,8 +158,8 @@ def test_fan_out_one_delivery_per_matching_enabled_endpoint_per_event(store, db_
     assert completed_event == event_id(done, 3)
     assert scalar(db, "SELECT count(DISTINCT endpoint_id) FROM skiplock.webhook_deliveries WHERE event_id = %s",
                   (completed_event,)) == 2
-    assert store.outbox_stats()[0] == 1 + 2 + 8
-    assert [(w.url.rsplit("/", 1)[1], w.pending) for w in store.list_webhooks()] == \
+    assert store.webhooks.outbox_stats()[0] == 1 + 2 + 8
+    assert [(w.url.rsplit("/", 1)[1], w.pending) for w in store.webhooks.webhook_endpoint_list()] == \
         [("a", 1), ("b", 2), ("c", 8), ("d", 0)]
 
 
@@ -177,20 +177,20 @@ def test_no_enabled_endpoint_means_no_trigger_and_no_rows(store, db_url, db, rec
 
     endpoint, _ = add_endpoint(store, receiver, "/x")
     assert trigger_state(db) == "O"
-    store.set_webhook_enabled(endpoint.id, False, reason="paused by test")
+    store.webhooks.webhook_endpoint_set_enabled(endpoint.id, False, reason="paused by test")
     assert trigger_state(db) is None
     complete(store, db_url)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 0
-    (listed,) = store.list_webhooks()
+    (listed,) = store.webhooks.webhook_endpoint_list()
     assert (listed.enabled, listed.disabled_reason) == (False, "paused by test")
 
-    store.set_webhook_enabled(endpoint.id, True)
+    store.webhooks.webhook_endpoint_set_enabled(endpoint.id, True)
     assert trigger_state(db) == "O"
-    assert store.get_webhook(endpoint.id).disabled_reason is None
+    assert store.webhooks.webhook_endpoint_get(endpoint.id).disabled_reason is None
     complete(store, db_url)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 3  # queued, running, completed
 
-    store.remove_webhook(endpoint.id)
+    store.webhooks.webhook_endpoint_delete(endpoint.id)
     assert trigger_state(db) is None
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 0  # removed with the endpoint
 
@@ -198,12 +198,12 @@ def test_no_enabled_endpoint_means_no_trigger_and_no_rows(store, db_url, db, rec
 def test_rolled_back_transition_leaves_no_delivery(store, db_url, db, receiver):
     endpoint, _ = add_endpoint(store, receiver, "/x", events=["task.completed"])
     task_id = skiplock.enqueue(db_url, "t.noop", {})
-    (task,) = store.claim(["default"], 1, "w", 30)
+    (task,) = store.tasks.task_claim(["default"], 1, "w", 30)
 
     with psycopg.connect(db_url) as conn:  # not autocommit: the settle is inside our transaction
         with pytest.raises(RuntimeError, match="changed my mind"):
             with conn.transaction():
-                applied = store.settle([Settlement(task_id, task.lease_token, "completed", result=1)], conn=conn)
+                applied = store.tasks.task_settle([Settlement(task_id, task.lease_token, "completed", result=1)], conn=conn)
                 assert applied == {task_id: "completed"}
                 # the delivery exists inside the transition's transaction, and nowhere else
                 assert conn.execute("SELECT count(*) FROM skiplock.webhook_deliveries").fetchone()[0] == 1
@@ -215,7 +215,7 @@ def test_rolled_back_transition_leaves_no_delivery(store, db_url, db, receiver):
         assert d.run_once() == {}
 
     # the same transition committed: exactly one delivery
-    assert store.settle([Settlement(task_id, task.lease_token, "completed", result=1)]) == {task_id: "completed"}
+    assert store.tasks.task_settle([Settlement(task_id, task.lease_token, "completed", result=1)]) == {task_id: "completed"}
     assert [(r[2], r[3]) for r in delivery_rows(db, endpoint.id)] == [("task.completed", "pending")]
 
 
@@ -251,7 +251,7 @@ def test_signed_delivery_keeps_its_webhook_id_across_retries(store, db_url, db, 
     row = db.execute("SELECT state, attempts, last_status, last_error, delivered_at IS NOT NULL, lease_owner "
                      "FROM skiplock.webhook_deliveries WHERE id = %s", (delivery[0],)).fetchone()
     assert row == ("delivered", 3, 200, None, True, None)
-    assert store.get_webhook(endpoint.id).pending == 0
+    assert store.webhooks.webhook_endpoint_get(endpoint.id).pending == 0
 
 
 def test_rotated_secret_signs_the_next_attempt(store, db_url, db, receiver):
@@ -260,7 +260,7 @@ def test_rotated_secret_signs_the_next_attempt(store, db_url, db, receiver):
     with dispatcher(store) as d:
         assert d.run_once() == {"retry": 1}
         new_secret = generate_secret()
-        store.set_webhook_secret(endpoint.id, new_secret)
+        store.webhooks.webhook_endpoint_set_secret(endpoint.id, new_secret)
         make_due(db)
         assert d.run_once() == {"delivered": 1}
     first, second = recorder.requests
@@ -286,15 +286,15 @@ def test_dead_letter_after_8_attempts_then_redeliver(store, db_url, db, receiver
         assert len(recorder.requests) == 8
         assert set(recorder.ids) == {str(delivery[1])}
 
-        (dead,) = store.list_deliveries(state="dead")
+        (dead,) = store.webhooks.webhook_delivery_list(state="dead")
         assert (dead.id, dead.attempts, dead.last_status, dead.last_error) == \
             (delivery[0], 8, 500, "HTTP 500: still broken")
-        assert store.get_webhook(endpoint.id).dead == 1
+        assert store.webhooks.webhook_endpoint_get(endpoint.id).dead == 1
 
         # the receiver is fixed; an operator sends the dead letter again
         recorder.answers = [200]
-        assert store.redeliver(delivery_id=delivery[0]) == 1
-        assert store.redeliver(delivery_id=delivery[0]) == 0  # no longer dead
+        assert store.webhooks.webhook_delivery_redeliver(delivery_id=delivery[0]) == 1
+        assert store.webhooks.webhook_delivery_redeliver(delivery_id=delivery[0]) == 0  # no longer dead
         row = db.execute("SELECT state, attempts FROM skiplock.webhook_deliveries").fetchone()
         assert row == ("pending", 0)
         assert d.run_once() == {"delivered": 1}
@@ -310,8 +310,8 @@ def test_redeliver_all_dead_of_an_endpoint(store, db_url, db, receiver):
     with dispatcher(store, webhook_max_attempts=1) as d:
         assert d.run_once() == {"dead": 3}
         recorder.answers = [200]
-        assert store.redeliver(endpoint_id=endpoint.id) == 3
-        assert store.redeliver(endpoint_id=endpoint.id) == 0
+        assert store.webhooks.webhook_delivery_redeliver(endpoint_id=endpoint.id) == 3
+        assert store.webhooks.webhook_delivery_redeliver(endpoint_id=endpoint.id) == 0
         assert d.run_once() == {"delivered": 3}
 
 
@@ -331,7 +331,7 @@ def test_410_disables_the_endpoint_and_its_other_deliveries_wait(store, db_url, 
     assert len(fine_recorder.requests) == 3
     assert sorted(k for r in results for k in r) == ["delivered"] * 3 + ["gone"]
 
-    endpoint = store.get_webhook(gone.id)
+    endpoint = store.webhooks.webhook_endpoint_get(gone.id)
     assert endpoint.enabled is False and "410" in endpoint.disabled_reason
     rows = delivery_rows(db, gone.id)
     dead = [r for r in rows if r[3] == "dead"]
@@ -344,7 +344,7 @@ def test_410_disables_the_endpoint_and_its_other_deliveries_wait(store, db_url, 
 
     # re-enabled (the receiver is back): the waiting deliveries go out
     gone_recorder.answers = [200]
-    store.set_webhook_enabled(gone.id, True)
+    store.webhooks.webhook_endpoint_set_enabled(gone.id, True)
     with dispatcher(store) as d:
         assert d.run_once() == {"delivered": 3}  # two waiting for /gone, one new for /fine
     assert len(gone_recorder.requests) == 3
@@ -392,7 +392,7 @@ def test_a_hanging_receiver_is_cut_off_at_the_timeout(store, db_url, db, receive
         return Response("", status=200)
 
     receiver.expect_request("/hang", method="POST").respond_with_handler(hang)
-    store.add_webhook(f"http://127.0.0.1:{receiver.port}/hang", ["task.completed"], generate_secret())
+    store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{receiver.port}/hang", ["task.completed"], generate_secret())
     complete(store, db_url)
     try:
         with dispatcher(store, webhook_timeout_seconds=1.0) as d:
@@ -442,7 +442,7 @@ def trickler():
 
 
 def test_a_trickling_receiver_is_cut_off_at_the_total_timeout(store, db_url, db, trickler):
-    store.add_webhook(f"http://127.0.0.1:{trickler}/slow", ["task.completed"], generate_secret())
+    store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{trickler}/slow", ["task.completed"], generate_secret())
     complete(store, db_url)
     with dispatcher(store, webhook_timeout_seconds=1.0) as d:
         started = time.monotonic()
@@ -502,9 +502,9 @@ def test_unsendable_endpoints_and_garbage_answers_never_crash_the_dispatcher(sto
     _, good = add_endpoint(store, receiver, "/good", events=["task.completed"])
     _, garbage = add_endpoint(store, receiver, "/garbage", events=["task.completed"],
                               answers=[Response("", status=503, headers={"Retry-After": "²"})])
-    control = store.add_webhook(f"http://127.0.0.1:{receiver.port}/a\x01b", ["task.completed"], generate_secret())
+    control = store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{receiver.port}/a\x01b", ["task.completed"], generate_secret())
     _, idn_recorder = add_endpoint(store, receiver, "/x", events=["task.completed"])
-    idn = store.add_webhook(f"http://bücher.example.test:{receiver.port}/x", ["task.completed"], generate_secret())
+    idn = store.webhooks.webhook_endpoint_insert(f"http://bücher.example.test:{receiver.port}/x", ["task.completed"], generate_secret())
     real = socket.getaddrinfo
     monkeypatch.setattr(webhooks_module.socket, "getaddrinfo", lambda host, port, *a, **k: real(
         "127.0.0.1" if host == "xn--bcher-kva.example.test" else host, port, *a, **k))
@@ -526,15 +526,15 @@ def test_unsendable_endpoints_and_garbage_answers_never_crash_the_dispatcher(sto
 def test_payload_matches_the_task_and_its_event(store, db_url, db, receiver):
     _, recorder = add_endpoint(store, receiver, "/all", events=["task.*"])
     done = skiplock.enqueue(db_url, "t.noop", {"a": 1}, queue="q1")
-    (t,) = store.claim(["q1"], 1, "w", 30)
-    store.settle([Settlement(done, t.lease_token, "completed", result={"out": [1, 2]})])
+    (t,) = store.tasks.task_claim(["q1"], 1, "w", 30)
+    store.tasks.task_settle([Settlement(done, t.lease_token, "completed", result={"out": [1, 2]})])
     failed = skiplock.enqueue(db_url, "t.record", {}, queue="q2", max_attempts=3)
-    (t,) = store.claim(["q2"], 1, "w", 30)
-    store.settle([Settlement(failed, t.lease_token, "retry", error="flaky", delay=0)])
-    (t,) = store.claim(["q2"], 1, "w", 30)
-    store.settle([Settlement(failed, t.lease_token, "failed", error="broken for good")])
+    (t,) = store.tasks.task_claim(["q2"], 1, "w", 30)
+    store.tasks.task_settle([Settlement(failed, t.lease_token, "retry", error="flaky", delay=0)])
+    (t,) = store.tasks.task_claim(["q2"], 1, "w", 30)
+    store.tasks.task_settle([Settlement(failed, t.lease_token, "failed", error="broken for good")])
     cancelled = skiplock.enqueue(db_url, "t.noop", {}, queue="q3")
-    assert store.cancel(cancelled) == "cancelled"
+    assert store.tasks.task_cancel(cancelled) == "cancelled"
 
     events = db.execute("""
         SELECT e.task_id, e.seq, e.type, e.attempt, e.at, t.kind, t.queue
@@ -602,8 +602,8 @@ def test_a_real_worker_fans_out_each_event_once(store, db_url, db, receiver, pro
 def test_an_expired_attempt_of_a_disabled_endpoint_is_not_sent(store, db_url, db, receiver):
     endpoint, recorder = add_endpoint(store, receiver, "/hook", events=["task.completed"])
     complete(store, db_url)
-    (held,) = store.claim_deliveries(1, "dead-dispatcher", 30)  # its dispatcher then dies
-    store.set_webhook_enabled(endpoint.id, False, reason="receiver answered 410 Gone")
+    (held,) = store.webhooks.webhook_delivery_claim(1, "dead-dispatcher", 30)  # its dispatcher then dies
+    store.webhooks.webhook_endpoint_set_enabled(endpoint.id, False, reason="receiver answered 410 Gone")
     db.execute("UPDATE skiplock.webhook_deliveries SET lease_until = now() - interval '1 second'")
     with dispatcher(store) as d:
         d.run_once()
@@ -625,16 +625,16 @@ def test_endpoint_changes_switch_the_outbox_trigger_only_when_needed(store, db):
         return trigger_state(db) == "O"
 
     assert not trigger_enabled()
-    a = store.add_webhook("http://127.0.0.1:1/a", ["task.*"], generate_secret())
-    b = store.add_webhook("http://127.0.0.1:1/b", ["task.*"], generate_secret())
+    a = store.webhooks.webhook_endpoint_insert("http://127.0.0.1:1/a", ["task.*"], generate_secret())
+    b = store.webhooks.webhook_endpoint_insert("http://127.0.0.1:1/b", ["task.*"], generate_secret())
     assert trigger_enabled()
     # a transaction holding task_events does not block a change that switches nothing
     with psycopg.connect(db.info.dsn) as blocker:
         blocker.execute("LOCK TABLE skiplock.task_events IN ROW EXCLUSIVE MODE")
-        store.set_webhook_enabled(a.id, False, reason="test")
+        store.webhooks.webhook_endpoint_set_enabled(a.id, False, reason="test")
         assert trigger_enabled()
         blocker.rollback()
-    store.remove_webhook(b.id)
+    store.webhooks.webhook_endpoint_delete(b.id)
     assert not trigger_enabled()  # no enabled endpoint left: fan-out costs nothing
 
 
@@ -677,10 +677,10 @@ def test_switching_the_trigger_off_behind_a_long_reader_gives_up_and_changes_not
         reader.execute("SELECT count(*) FROM skiplock.task_events")  # holds its lock until rollback
         started = time.monotonic()
         with pytest.raises(DatabaseUnavailable, match="long transaction; try again"):
-            store.remove_webhook(endpoint.id)
+            store.webhooks.webhook_endpoint_delete(endpoint.id)
         assert 4.5 < time.monotonic() - started < 15
         reader.rollback()
-    assert [w.id for w in store.list_webhooks()] == [endpoint.id]
+    assert [w.id for w in store.webhooks.webhook_endpoint_list()] == [endpoint.id]
     assert trigger_state(db) == "O"
-    store.remove_webhook(endpoint.id)
-    assert trigger_state(db) is None and store.list_webhooks() == []
+    store.webhooks.webhook_endpoint_delete(endpoint.id)
+    assert trigger_state(db) is None and store.webhooks.webhook_endpoint_list() == []

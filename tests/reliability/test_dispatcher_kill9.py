@@ -57,15 +57,15 @@ def receiver_server(receiver):
 
 def subscribe(store, server: HTTPServer, receiver: Receiver, events=("task.completed",)):
     server.expect_request("/hook", method="POST").respond_with_handler(receiver)
-    return store.add_webhook(f"http://127.0.0.1:{server.port}/hook", list(events), generate_secret())
+    return store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{server.port}/hook", list(events), generate_secret())
 
 
 def complete_tasks(store, db_url, n: int) -> None:
     """n committed task.completed transitions (one claim, one settle)."""
     skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(n)])
-    tasks = store.claim(["default"], n, "w", 60)
+    tasks = store.tasks.task_claim(["default"], n, "w", 60)
     assert len(tasks) == n
-    applied = store.settle([Settlement(t.id, t.lease_token, "completed", result={"ok": True}) for t in tasks])
+    applied = store.tasks.task_settle([Settlement(t.id, t.lease_token, "completed", result={"ok": True}) for t in tasks])
     assert len(applied) == n
 
 

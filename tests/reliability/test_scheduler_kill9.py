@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from skiplock.engine.schedule_actions import apply_schedules
 from skiplock.engine.schedules import Schedule
 from tests.support import harness
 from tests.support.harness import metric, scalar, wait_for
@@ -37,9 +38,9 @@ def _last_fired_nominal(db):
 @pytest.mark.timeout(90)
 def test_kill_9_scheduler_replicas_every_nominal_time_fires_exactly_once(db_url, db, store, processes):
     rng = random.Random()
-    store.apply_schedules([Schedule(NAME, "t.noop", interval_seconds=INTERVAL.total_seconds(),
+    apply_schedules(store, [Schedule(NAME, "t.noop", interval_seconds=INTERVAL.total_seconds(),
                                     overlap="allow", catchup="all")])
-    first_nominal = store.get_schedule(NAME).next_fire_at
+    first_nominal = store.schedules.schedule_get(NAME).next_fire_at
 
     live = [processes.spawn(db_url, command="scheduler") for _ in range(2)]
     for proc in live:
@@ -84,7 +85,7 @@ def test_kill_9_scheduler_replicas_every_nominal_time_fires_exactly_once(db_url,
     gaps = {b - a for a, b in zip(nominals, nominals[1:])}
     tasks, keys = db.execute("SELECT count(*), count(DISTINCT idempotency_key) FROM skiplock.tasks").fetchone()
     outcomes = dict(db.execute("SELECT outcome, count(*) FROM skiplock.schedule_fires GROUP BY outcome").fetchall())
-    status = store.get_schedule(NAME)
+    status = store.schedules.schedule_get(NAME)
     print(f"\n{kills} kills (fires each victim had made: {victims_fires}); {len(fired)} fires from "
           f"{nominals[0]:%H:%M:%S.%f} to {nominals[-1]:%H:%M:%S.%f}")
 

@@ -61,8 +61,8 @@ def audited(target: str | None = None) -> Iterator[tuple[Store, Draft]]:
         draft.target = target
     with api().store.transaction() as tx:
         yield tx, draft
-        tx.audit(actor=g.principal.name, action=draft.action, target=draft.target, request_id=g.request_id,
-                 outcome="ok", detail=draft.detail)
+        tx.audit.audit_insert(actor=g.principal.name, action=draft.action, target=draft.target,
+                              request_id=g.request_id, outcome="ok", detail=draft.detail)
     draft.written = True
 
 
@@ -74,9 +74,9 @@ def record_refusal(exc: SkiplockError) -> None:
     if draft is None or draft.written:
         return
     try:
-        api().store.audit(actor=g.principal.name, action=draft.action, target=draft.target,
-                          request_id=g.request_id, outcome=exc.code,
-                          detail={"message": " ".join(str(exc).split())[:500]})
+        api().store.audit.audit_insert(actor=g.principal.name, action=draft.action, target=draft.target,
+                                       request_id=g.request_id, outcome=exc.code,
+                                       detail={"message": " ".join(str(exc).split())[:500]})
         draft.written = True
     except SkiplockError as audit_exc:  # the refusal still goes back to the client
         log.error("audit row of a refused request not written",
@@ -93,6 +93,6 @@ def record_refusal(exc: SkiplockError) -> None:
 def list_audit():
     q = g.query
     cursor = int(q["cursor"]) if q["cursor"] is not None else None
-    entries = api().store.audit_entries(action=q["action"], actor=q["actor"], target=q["target"],
+    entries = api().store.audit.audit_list(action=q["action"], actor=q["actor"], target=q["target"],
                                         cursor=cursor, limit=q["limit"] + 1)
     return page_response("entries", entries, q["limit"], audit_json)

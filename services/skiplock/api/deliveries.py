@@ -58,7 +58,7 @@ def delivery_json(d: DeliveryRecord) -> dict:
            responses={200: ("A page of deliveries.", page("deliveries", DELIVERY))})
 def list_deliveries():
     q = g.query
-    rows = api().store.list_deliveries(state=q["state"], endpoint_id=q["endpoint_id"], after=q["cursor"],
+    rows = api().store.webhooks.webhook_delivery_list(state=q["state"], endpoint_id=q["endpoint_id"], after=q["cursor"],
                                        limit=q["limit"] + 1)
     return page_response("deliveries", rows, q["limit"], delivery_json)
 
@@ -72,11 +72,11 @@ def list_deliveries():
            errors=(InvalidInput, DeliveryNotFound, DeliveryNotDead))
 def redeliver(delivery_id):
     with audited() as (tx, _draft):
-        if not tx.redeliver(delivery_id=delivery_id):
-            state = tx.get_delivery(delivery_id).state  # DeliveryNotFound when there is none
+        if not tx.webhooks.webhook_delivery_redeliver(delivery_id=delivery_id):
+            state = tx.webhooks.webhook_delivery_get(delivery_id).state  # DeliveryNotFound when there is none
             raise DeliveryNotDead(f"delivery {delivery_id} is {state}, not dead: only dead deliveries are "
                                   "redelivered")
-        delivery = tx.get_delivery(delivery_id)
+        delivery = tx.webhooks.webhook_delivery_get(delivery_id)
     return json_response(delivery_json(delivery))
 
 
@@ -89,7 +89,7 @@ def redeliver(delivery_id):
            errors=(InvalidInput, WebhookNotFound))
 def redeliver_endpoint(webhook_id):
     with audited() as (tx, draft):
-        tx.get_webhook(webhook_id)  # WebhookNotFound
-        n = tx.redeliver(endpoint_id=webhook_id)
+        tx.webhooks.webhook_endpoint_get(webhook_id)  # WebhookNotFound
+        n = tx.webhooks.webhook_delivery_redeliver(endpoint_id=webhook_id)
         draft.detail = {"redelivered": n}
     return json_response({"endpoint_id": webhook_id, "redelivered": n})

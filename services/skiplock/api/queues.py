@@ -68,7 +68,7 @@ def throughput():
 def queue_throughput(store, minutes: int) -> dict:
     """GET /v1/queues/throughput's answer: a dense series per queue (a minute without outcomes is
     a zero), so a chart needs no arithmetic on times."""
-    since, rows = store.throughput(minutes)
+    since, rows = store.tasks.task_event_throughput(minutes)
     starts = [since + dt.timedelta(minutes=i) for i in range(minutes)]
     series: dict[str, dict[dt.datetime, tuple[int, int]]] = {}
     for queue, minute, completed, failed in rows:
@@ -84,8 +84,9 @@ def queue_throughput(store, minutes: int) -> dict:
 
 def queue_overview(store) -> dict:
     """GET /v1/queues' answer (also `skiplock queues list`)."""
-    counts, claimable = store.queue_stats()
-    pauses = store.pauses()
+    counts = store.tasks.queue_task_counts()
+    pauses = store.tasks.pause_list()
+    claimable = store.tasks.queue_claimable([name for scope, name, _ in pauses if scope == "kind"])
     queues: dict[str, dict] = {}
 
     def queue(name: str) -> dict:

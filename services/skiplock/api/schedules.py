@@ -11,8 +11,9 @@ from __future__ import annotations
 from flask import Blueprint, Response, g
 
 from ..engine.errors import InvalidInput, PayloadTooLarge, ScheduleExists, ScheduleNotFound
+from ..engine.model import encode_payload
+from ..engine.schedule_actions import apply_schedules, fire_schedule_now
 from ..engine.schedules import Schedule
-from ..engine.store import encode_payload
 from .audit import audited
 from .context import api
 from .operations import SMALL_BODY, operation
@@ -53,7 +54,7 @@ def _validated(fields: dict) -> Schedule:
            responses={200: ("Every schedule, by name.", Object({"schedules": Array(SCHEDULE)},
                                                                required=("schedules",)))})
 def list_schedules():
-    return json_response({"schedules": [schedule_json(s) for s in api().store.list_schedules()]})
+    return json_response({"schedules": [schedule_json(s) for s in api().store.schedules.schedule_list()]})
 
 
 @operation(bp, "POST", "/v1/schedules", summary="Create a schedule", role="admin", tag="schedules",
@@ -64,18 +65,18 @@ def list_schedules():
 def create_schedule():
     schedule = _validated(g.body)
     with audited(schedule.name) as (tx, _draft):
-        report = tx.apply_schedules([schedule], max_payload_bytes=api().settings.max_payload_bytes)
+        report = apply_schedules(tx, [schedule], max_payload_bytes=api().settings.max_payload_bytes)
         if schedule.name not in report["created"]:  # raising rolls the upsert back
             raise ScheduleExists(f"schedule {schedule.name!r} exists; PATCH /v1/schedules/{schedule.name} "
                                  "changes it")
-        status = tx.get_schedule(schedule.name)
+        status = tx.schedules.schedule_get(schedule.name)
     return json_response(schedule_json(status), 201, {"Location": f"/v1/schedules/{schedule.name}"})
 
 
 @operation(bp, "GET", "/v1/schedules/<name>", summary="Read a schedule", role="reader", tag="schedules",
            path=NAME, responses={200: ("The schedule.", SCHEDULE)}, errors=(InvalidInput, ScheduleNotFound))
 def get_schedule(name):
-    return json_response(schedule_json(api().store.get_schedule(name)))
+    return json_response(schedule_json(api().store.schedules.schedule_get(name)))
 
 
 @operation(bp, "PATCH", "/v1/schedules/<name>", summary="Change a schedule", role="admin", tag="schedules",
@@ -87,15 +88,15 @@ def get_schedule(name):
 def change_schedule(name):
     changes = g.body
     with audited(name) as (tx, draft):
-        tx.lock_schedule(name)  # a DELETE racing this waits, or this finds no row
-        fields = tx.get_schedule(name).schedule.as_dict()
+        tx.schedules.schedule_lock(name)  # a DELETE racing this waits, or this finds no row
+        fields = tx.schedules.schedule_get(name).schedule.as_dict()
         if changes.get("cron") is not None and "interval_seconds" not in changes:
             fields["interval_seconds"] = None
         if changes.get("interval_seconds") is not None and "cron" not in changes:
             fields["cron"] = None
         fields.update(changes)
-        tx.apply_schedules([_validated(fields)], max_payload_bytes=api().settings.max_payload_bytes)
-        status = tx.get_schedule(name)
+        apply_schedules(tx, [_validated(fields)], max_payload_bytes=api().settings.max_payload_bytes)
+        status = tx.schedules.schedule_get(name)
         draft.detail = {"fields": sorted(changes)}
     return json_response(schedule_json(status))
 
@@ -106,7 +107,7 @@ def change_schedule(name):
            responses={204: ("Deleted.", None)}, errors=(InvalidInput, ScheduleNotFound))
 def delete_schedule(name):
     with audited(name) as (tx, _draft):
-        tx.delete_schedule(name)
+        tx.schedules.schedule_delete(name)
     return Response(status=204)
 
 
@@ -118,8 +119,8 @@ def delete_schedule(name):
            responses={200: ("The decisions.", Object({"fires": Array(FIRE)}, required=("fires",)))},
            errors=(InvalidInput, ScheduleNotFound))
 def schedule_fires(name):
-    api().store.get_schedule(name)  # 404 for an unknown name, not an empty list
-    fires = api().store.schedule_fires(name, g.query["limit"])
+    api().store.schedules.schedule_get(name)  # 404 for an unknown name, not an empty list
+    fires = api().store.schedules.schedule_fires_list(name, g.query["limit"])
     return json_response({"fires": [
         {"nominal_at": iso(nominal_at), "at": iso(at), "lag_seconds": (at - nominal_at).total_seconds(),
          "outcome": outcome, "task_id": None if task_id is None else str(task_id), "detail": detail}
@@ -136,7 +137,7 @@ def schedule_fires(name):
            errors=(InvalidInput, PayloadTooLarge, ScheduleNotFound))
 def fire_schedule(name):
     with audited(name) as (tx, draft):
-        nominal, task_id, created = tx.fire_schedule_now(
+        nominal, task_id, created = fire_schedule_now(tx,
             name, detail=f"fired now by {g.principal.name}", max_payload_bytes=api().settings.max_payload_bytes)
         draft.detail = {"nominal_at": iso(nominal), "task_id": str(task_id), "created": created}
     return json_response({"schedule": name, "nominal_at": iso(nominal), "task_id": str(task_id),

@@ -3,21 +3,24 @@ path), list with keyset pagination, read one and its events, cancel and resume; 
 purge the tasks of a filter (engine/task_actions.py, shared with the `skiplock tasks` command).
 
 Views only translate: validation happened before they run (operations.py declarations), the
-semantics are the store's (engine/store.py), and each change commits with its audit row.
+semantics are the store's (engine/store/), and each change commits with its audit row.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint, g
 
 from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge, TaskNotCancellable,
                              TaskNotFound, TaskNotResumable)
-from ..engine.model import STATES
-from ..engine.store import TaskSpec
+from ..engine.model import STATES, TaskSpec
+from ..engine.store import Store
 from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
                                    TaskFilter, bulk)
 from ..engine.task_actions import cancel_task as cancel, resume_task as resume
@@ -90,6 +93,49 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
     return spec, fingerprint, item.get("deadline")
 
 
+def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | None],
+            deadlines: Sequence[dt.datetime | None]) -> list[tuple[uuid.UUID, bool]]:
+    """Enqueue submissions on a transaction's store; returns (task id, created) per spec, in order.
+
+    Call it at the top level of that transaction (not in a savepoint): whether a keyed task is
+    this request's own is read from the row's xmin. A key that names a task submitted with the
+    same fingerprint is a replay (created False); with another fingerprint it is
+    IdempotencyConflict, and nothing of this request remains."""
+    ids = tx.tasks.task_insert(specs)
+    created = [True] * len(specs)
+    keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None]
+    if keyed:
+        rows = tx.tasks.task_submitted([ids[i] for i in keyed])
+        first: dict[uuid.UUID, int] = {}
+        for i in keyed:
+            key = specs[i].idempotency_key
+            if ids[i] not in rows:
+                # retention deleted the key's task between our insert and this read
+                raise IdempotencyConflict(f"Idempotency-Key {key!r}: its task was just deleted; retry")
+            request_hash, mine, *stored = rows[ids[i]]
+            if mine and ids[i] not in first:
+                first[ids[i]] = i
+                continue
+            created[i] = False
+            if mine:  # the key twice in one batch: the first occurrence made the task
+                same = fingerprints[first[ids[i]]] == fingerprints[i]
+            elif request_hash is not None:
+                same = request_hash == fingerprints[i]
+            else:  # enqueued by the library or the CLI: compare what both have
+                s = specs[i]
+                same = tuple(stored) == (s.kind, s.queue, s.priority, s.payload if s.payload is not None
+                                         else {}, s.max_attempts)
+            if not same:
+                raise IdempotencyConflict(f"Idempotency-Key {key!r} was used for task {ids[i]} "
+                                          "with a different body")
+    annotate = [i for i, s in enumerate(specs) if created[i]
+                and (deadlines[i] is not None or (s.idempotency_key is not None and fingerprints[i]))]
+    if annotate:
+        tx.tasks.task_annotate([ids[i] for i in annotate], [fingerprints[i] for i in annotate],
+                               [deadlines[i] for i in annotate])
+    return list(zip(ids, created))
+
+
 @operation(bp, "POST", "/v1/tasks", summary="Submit a task", role="submitter", tag="tasks",
            body=SUBMIT, headers={"Idempotency-Key": IDEMPOTENCY_KEY},
            max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit",
@@ -99,8 +145,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
 def submit_task():
     spec, fingerprint, deadline = _spec(g.body, g.headers["Idempotency-Key"], api().settings.max_payload_bytes, "")
     with audited() as (tx, draft):
-        [(task_id, created)] = tx.submit([spec], [fingerprint], [deadline])
-        task = tx.get(task_id)
+        [(task_id, created)] = _submit(tx, [spec], [fingerprint], [deadline])
+        task = tx.tasks.task_get(task_id)
         draft.target = str(task_id)
         draft.detail = None if created else {"replayed": True}
     return json_response(task_json(task), 201 if created else 200, {"Location": f"/v1/tasks/{task_id}"})
@@ -120,7 +166,7 @@ def submit_batch():
         spec, fingerprint, deadline = _spec(item, item.get("idempotency_key"), max_payload, f"tasks[{i}].")
         specs.append(spec), fingerprints.append(fingerprint), deadlines.append(deadline)
     with audited() as (tx, draft):
-        results = tx.submit(specs, fingerprints, deadlines)
+        results = _submit(tx, specs, fingerprints, deadlines)
         created = sum(1 for _, new in results if new)
         draft.detail = {"tasks": len(results), "created": created}
     return json_response({"tasks": [{"id": task_id, "created": new} for task_id, new in results],
@@ -142,13 +188,13 @@ def list_tasks():
     limit = q.pop("limit")
     task_id = q.pop("id")
     q["ids"] = None if task_id is None else [task_id]
-    return page_response("tasks", api().store.list_tasks(**q, limit=limit + 1), limit, task_json)
+    return page_response("tasks", api().store.tasks.task_list(**q, limit=limit + 1), limit, task_json)
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>", summary="Read a task", role="reader", tag="tasks", path=TASK_ID,
            responses={200: ("The task.", TASK)}, errors=(InvalidInput, TaskNotFound))
 def get_task(task_id):
-    return json_response(task_json(api().store.get(task_id)))
+    return json_response(task_json(api().store.tasks.task_get(task_id)))
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>/events", summary="A task's events in sequence order", role="reader",
@@ -157,9 +203,9 @@ def get_task(task_id):
            errors=(InvalidInput, TaskNotFound))
 def task_events(task_id):
     store = api().store
-    events = store.events(task_id)
+    events = store.tasks.task_events_list(task_id)
     if not events:  # every task has its 'queued' event: none means no task
-        store.get(task_id)
+        store.tasks.task_get(task_id)
     return json_response({"events": [event_json(e) for e in events]})
 
 
@@ -174,7 +220,7 @@ def cancel_task(task_id):
     store = api().store
     cancel(store, task_id, actor=g.principal.name, reason=g.body.get("reason"), request_id=g.request_id)
     current_draft().written = True
-    return json_response(task_json(store.get(task_id)))
+    return json_response(task_json(store.tasks.task_get(task_id)))
 
 
 @operation(bp, "POST", "/v1/tasks/<task_id>/resume", summary="Resume a failed or cancelled task", role="admin",
@@ -187,7 +233,7 @@ def resume_task(task_id):
     store = api().store
     resume(store, task_id, actor=g.principal.name, reason=g.body.get("reason"), request_id=g.request_id)
     current_draft().written = True
-    return json_response(task_json(store.get(task_id)))
+    return json_response(task_json(store.tasks.task_get(task_id)))
 
 
 BULK_FILTER = {

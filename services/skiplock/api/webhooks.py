@@ -72,7 +72,7 @@ def webhook_json(endpoint: WebhookEndpoint) -> dict:
            responses={200: ("Every endpoint, oldest first; secrets are never listed.",
                             Object({"webhooks": Array(WEBHOOK)}, required=("webhooks",)))})
 def list_webhooks():
-    return json_response({"webhooks": [webhook_json(e) for e in api().store.list_webhooks()]})
+    return json_response({"webhooks": [webhook_json(e) for e in api().store.webhooks.webhook_endpoint_list()]})
 
 
 @operation(bp, "POST", "/v1/webhooks", summary="Register a webhook endpoint", role="admin", tag="webhooks",
@@ -87,7 +87,7 @@ def create_webhook():
     secret = check_secret(body["secret"]) if body.get("secret") is not None else generate_secret()
     AddressGuard(api().settings.webhook_allowed_networks).resolve(body["url"])  # refused: 400, no row
     with audited() as (tx, draft):
-        endpoint = tx.add_webhook(body["url"], events, secret, body.get("description"))
+        endpoint = tx.webhooks.webhook_endpoint_insert(body["url"], events, secret, body.get("description"))
         draft.target = str(endpoint.id)
         draft.detail = {"url": endpoint.url, "events": events}  # never the secret
     return json_response({**webhook_json(endpoint), "secret": secret}, 201,
@@ -98,7 +98,7 @@ def create_webhook():
            tag="webhooks", path=WEBHOOK_ID, responses={200: ("The endpoint (without its secret).", WEBHOOK)},
            errors=(InvalidInput, WebhookNotFound))
 def get_webhook(webhook_id):
-    return json_response(webhook_json(api().store.get_webhook(webhook_id)))
+    return json_response(webhook_json(api().store.webhooks.webhook_endpoint_get(webhook_id)))
 
 
 @operation(bp, "DELETE", "/v1/webhooks/<webhook_id>", summary="Delete a webhook endpoint", role="admin",
@@ -107,7 +107,7 @@ def get_webhook(webhook_id):
            responses={204: ("Deleted.", None)}, errors=(InvalidInput, WebhookNotFound))
 def delete_webhook(webhook_id):
     with audited() as (tx, _draft):
-        tx.remove_webhook(webhook_id)
+        tx.webhooks.webhook_endpoint_delete(webhook_id)
     return Response(status=204)
 
 
@@ -121,8 +121,8 @@ def delete_webhook(webhook_id):
 def rotate_secret(webhook_id):
     secret = check_secret(g.body["secret"]) if g.body.get("secret") is not None else generate_secret()
     with audited() as (tx, _draft):
-        tx.set_webhook_secret(webhook_id, secret)
-        endpoint = tx.get_webhook(webhook_id)
+        tx.webhooks.webhook_endpoint_set_secret(webhook_id, secret)
+        endpoint = tx.webhooks.webhook_endpoint_get(webhook_id)
     return json_response({**webhook_json(endpoint), "secret": secret})
 
 
@@ -133,8 +133,8 @@ def rotate_secret(webhook_id):
            responses={200: ("The endpoint.", WEBHOOK)}, errors=(InvalidInput, WebhookNotFound))
 def enable_webhook(webhook_id):
     with audited() as (tx, _draft):
-        tx.set_webhook_enabled(webhook_id, True)
-        endpoint = tx.get_webhook(webhook_id)
+        tx.webhooks.webhook_endpoint_set_enabled(webhook_id, True)
+        endpoint = tx.webhooks.webhook_endpoint_get(webhook_id)
     return json_response(webhook_json(endpoint))
 
 
@@ -147,7 +147,7 @@ def enable_webhook(webhook_id):
 def disable_webhook(webhook_id):
     reason = g.body.get("reason") or f"disabled by {g.principal.name}"
     with audited() as (tx, draft):
-        tx.set_webhook_enabled(webhook_id, False, reason)
-        endpoint = tx.get_webhook(webhook_id)
+        tx.webhooks.webhook_endpoint_set_enabled(webhook_id, False, reason)
+        endpoint = tx.webhooks.webhook_endpoint_get(webhook_id)
         draft.detail = {"reason": reason}
     return json_response(webhook_json(endpoint))

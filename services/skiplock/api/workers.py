@@ -36,4 +36,4 @@ LISTING = Object({"workers": Array(WORKER, "Every live worker, by host and start
                        "when it exits; the entry of one that died goes after three of its leases.",
            responses={200: ("The workers.", LISTING)})
 def list_workers():
-    return json_response({"workers": [w._asdict() for w in api().store.list_workers()]})
+    return json_response({"workers": [w._asdict() for w in api().store.workers.worker_list()]})

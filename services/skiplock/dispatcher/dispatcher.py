@@ -209,8 +209,8 @@ class Dispatcher:
     def run_once(self) -> dict[str, int]:
         """Claim what is due (up to the concurrency), send it all, write the outcomes."""
         before = dict(self.counts)
-        claimed = self.store.claim_deliveries(self.settings.webhook_concurrency, self.owner,
-                                              self.settings.webhook_lease_seconds)
+        claimed = self.store.webhooks.webhook_delivery_claim(self.settings.webhook_concurrency, self.owner,
+                                                             self.settings.webhook_lease_seconds)
         futures = {self.pool.submit(self.sender.send, d): d for d in claimed}
         wait(futures)
         self._settle([(d, f.result()) for f, d in futures.items()])
@@ -227,7 +227,8 @@ class Dispatcher:
             while not self.stop.is_set():
                 try:
                     free = s.webhook_concurrency - len(self._inflight)
-                    claimed = self.store.claim_deliveries(free, self.owner, s.webhook_lease_seconds) if free else []
+                    claimed = (self.store.webhooks.webhook_delivery_claim(free, self.owner, s.webhook_lease_seconds)
+                               if free else [])
                     for d in claimed:
                         self._inflight[self.pool.submit(self.sender.send, d)] = d
                     if time.monotonic() >= next_heartbeat:
@@ -279,7 +280,7 @@ class Dispatcher:
         self._inflight.clear()
         if left:
             try:
-                applied = self.store.settle_deliveries([
+                applied = self.store.webhooks.webhook_delivery_settle([
                     {"id": d.id, "token": d.lease_token, "outcome": "released"} for d in left])
                 self.counts["released"] += len(applied)
                 self.metrics.webhook_deliveries.labels("released").inc(len(applied))
@@ -291,13 +292,13 @@ class Dispatcher:
     def _heartbeat(self) -> None:
         leases = [(d.id, d.lease_token) for d in self._inflight.values()]
         if leases:
-            held = self.store.heartbeat_deliveries(leases, self.settings.webhook_lease_seconds)
+            held = self.store.webhooks.webhook_delivery_heartbeat(leases, self.settings.webhook_lease_seconds)
             lost = len(leases) - len(held)
             if lost:
                 self.metrics.stale_writes_rejected.labels("delivery_heartbeat").inc(lost)
 
     def _export_stats(self) -> None:
-        pending, age = self.store.outbox_stats()
+        pending, age = self.store.webhooks.outbox_stats()
         self.metrics.outbox_pending.set(pending)
         self.metrics.outbox_oldest_age.set(age)
 
@@ -319,7 +320,7 @@ class Dispatcher:
                 "delivery_id": str(d.id), "event_id": str(d.event_id), "endpoint_id": str(d.endpoint_id),
                 "attempt": number, "status": attempt.status, "error": attempt.error,
                 "retry_in": None if delay is None else round(delay, 3)})
-        applied = self.store.settle_deliveries(outcomes)
+        applied = self.store.webhooks.webhook_delivery_settle(outcomes)
         for o, (d, _) in zip(outcomes, finished):
             if d.id in applied:
                 key = "gone" if d in gone else o["outcome"]
@@ -330,8 +331,8 @@ class Dispatcher:
                 self.metrics.stale_writes_rejected.labels("delivery_settle").inc()
         for d in gone:
             try:
-                self.store.set_webhook_enabled(d.endpoint_id, False,
-                                               reason=f"receiver answered 410 Gone to delivery {d.id}")
+                self.store.webhooks.webhook_endpoint_set_enabled(
+                    d.endpoint_id, False, reason=f"receiver answered 410 Gone to delivery {d.id}")
                 log.warning("endpoint disabled: the receiver answered 410 Gone",
                             extra={"endpoint_id": str(d.endpoint_id), "url": d.url})
             except Exception as exc:  # already removed by an operator; nothing to disable

@@ -1,5 +1,6 @@
 """The vocabulary of skiplock: task states, claimed tasks, handler outcomes, task definitions,
-and the app-generated UUIDv7 ids. Pure data: no I/O here.
+tasks to enqueue (validated, payload encoded) and the app-generated UUIDv7 ids. Pure data: no
+I/O here.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import dataclasses
 import functools
 import datetime as dt
 import inspect
+import json
 import os
 import struct
 import threading
@@ -15,6 +17,9 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from .errors import InvalidInput, PayloadTooLarge
+from .settings import check_name
 
 QUEUED, RUNNING, CANCELLING = "queued", "running", "cancelling"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
@@ -211,3 +216,86 @@ class AuditEntry:
     request_id: str | None
     outcome: str
     detail: Any
+
+
+# ---- tasks to enqueue -------------------------------------------------------------------------
+
+class TaskSpec:
+    """One task to enqueue, validated on construction."""
+
+    __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
+                 "idempotency_key", "payload_json", "max_payload_bytes")
+
+    def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+                 run_at: dt.datetime | None = None, delay: float | None = None,
+                 idempotency_key: str | None = None, max_attempts: int | None = None,
+                 max_payload_bytes: int = 1024 * 1024):
+        check_name("task kind", kind)
+        check_name("queue", queue)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
+            raise InvalidInput(f"priority {priority!r}: must be an integer in [-32768, 32767]")
+        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                         or max_attempts < 1):
+            raise InvalidInput(f"max_attempts {max_attempts!r}: must be a positive integer")
+        if run_at is not None and delay is not None:
+            raise InvalidInput("give either run_at or delay, not both")
+        if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.tzinfo is None):
+            raise InvalidInput(f"run_at {run_at!r}: must be a timezone-aware datetime")
+        if delay is not None:
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
+                raise InvalidInput(f"delay {delay!r}: must be a number of seconds >= 0")
+        _check_key(idempotency_key)
+        self.kind, self.queue, self.priority = kind, queue, priority
+        self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
+        self.idempotency_key = idempotency_key
+        self.payload, self.payload_json = payload, encode_payload(payload, max_payload_bytes)
+        self.max_payload_bytes = max_payload_bytes
+
+    def with_payload(self, payload: Any, idempotency_key: str | None = None) -> "TaskSpec":
+        """Another task like this one (bulk enqueue validates the shared fields once)."""
+        _check_key(idempotency_key)
+        spec = object.__new__(TaskSpec)
+        spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority
+        spec.max_attempts, spec.delay, spec.run_at = self.max_attempts, self.delay, self.run_at
+        spec.max_payload_bytes = self.max_payload_bytes
+        spec.idempotency_key = idempotency_key
+        spec.payload, spec.payload_json = payload, encode_payload(payload, self.max_payload_bytes)
+        return spec
+
+
+# One encoder for every payload: json.dumps() with options builds a new encoder per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# ... and JSONEncoder.encode() still builds its C encoder per call (most of the cost of a small
+# payload), so build that once, where the C accelerator exists. Without the circular-reference
+# markers, it holds no state between calls (safe to share between threads); a circular payload
+# ends in RecursionError instead of ValueError.
+_JSON_C = (json.encoder.c_make_encoder(None, _JSON.default, json.encoder.encode_basestring_ascii, None,
+                                       _JSON.key_separator, _JSON.item_separator, False, False, False)
+           if json.encoder.c_make_encoder is not None else None)
+
+
+def _dumps(value: Any) -> str:
+    if _JSON_C is None:
+        return _JSON.encode(value)
+    return "".join(_JSON_C(value, 0))
+
+
+def _check_key(key: str | None) -> None:
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255):
+        raise InvalidInput("idempotency_key: must be a string of 1-255 characters")
+
+
+def encode_payload(payload: Any, max_bytes: int) -> str:
+    """The payload as compact JSON text, or InvalidInput/PayloadTooLarge saying why not."""
+    try:
+        encoded = _dumps({} if payload is None else payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload is not JSON-serializable: {exc}") from exc
+    except RecursionError:
+        raise InvalidInput("payload is not JSON-serializable: it refers to itself, or nests too deep") from None
+    if "\\u0000" in encoded:
+        raise InvalidInput("payload contains a NUL character (\\u0000), which Postgres jsonb cannot store")
+    size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"payload is {size} bytes; the limit is {max_bytes} (SKIPLOCK_MAX_PAYLOAD_BYTES)")
+    return encoded

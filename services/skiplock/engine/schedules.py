@@ -12,12 +12,13 @@ import dataclasses
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from .cron import CronExpression, parse_timezone
 from .errors import InvalidInput
+from .model import encode_payload
 from .settings import NAME_RE
 
 OVERLAP_POLICIES = ("skip", "allow", "buffer_one", "cancel_previous")
@@ -326,3 +327,13 @@ def load_file(path: str, source: str = "-f") -> list[Schedule]:
         except InvalidInput as exc:
             raise InvalidInput(f"{path}: {label}: {exc}") from None
     return schedules
+
+
+def check_schedule_payloads(schedules: "Sequence[Schedule]", max_bytes: int) -> None:
+    """Refuse, naming the schedule, a payload the enqueue limit would refuse: at apply time
+    (and in a dry run), not at every fire."""
+    for s in schedules:
+        try:
+            encode_payload(s.payload, max_bytes)
+        except InvalidInput as exc:
+            raise type(exc)(f"schedule {s.name!r}: {exc}") from None

@@ -3,7 +3,7 @@ bulk actions (retry, cancel, purge) on the tasks of a filter. The API's routes a
 command call these, so both change the same rows, write the same events and leave the same
 audit rows (the API's actor is the token's name, the command's `cli:<os user>`).
 
-A bulk action is batched (the store's `*_many` methods: short transactions, SKIP LOCKED) and
+A bulk action is batched (the store's `task_*_many` methods: short transactions, SKIP LOCKED) and
 leaves ONE audit row with the count, committed with its last batch. It is safe to repeat: each
 acts only on the states its single-task action accepts, so a repeat changes only what is left.
 This module decides nothing about HTTP or the command line; the store runs the queries.
@@ -99,12 +99,13 @@ def bulk(store: Store, action: str, task_filter: TaskFilter, *, actor: str, limi
         detail = {"changed": changed, "limit": limit, "filter": task_filter.as_json()}
         if reason:
             detail["reason"] = reason
-        tx.audit(actor=actor, action=audit_action, target=None, request_id=request_id, outcome="ok", detail=detail)
+        tx.audit.audit_insert(actor=actor, action=audit_action, target=None, request_id=request_id, outcome="ok",
+                              detail=detail)
 
     params = task_filter.params()
     if action == "purge":
-        return store.purge_many(params, limit, batch_size=batch_size, last=audit)
-    run = store.retry_many if action == "retry" else store.cancel_many
+        return store.tasks.task_purge_many(params, limit, batch_size=batch_size, last=audit)
+    run = store.tasks.task_retry_many if action == "retry" else store.tasks.task_cancel_many
     return run(params, limit, event_data(actor, reason), batch_size=batch_size, last=audit)
 
 
@@ -131,9 +132,9 @@ def resume_task(store: Store, task_id: uuid.UUID | str, *, actor: str, reason: s
 def _one(store: Store, action: str, task_id: uuid.UUID | str, actor: str, reason: str | None,
          request_id: str | None) -> str:
     with store.transaction() as tx:
-        state = getattr(tx, action)(task_id, event_data(actor, reason))
-        tx.audit(actor=actor, action=f"task.{action}", target=str(task_id), request_id=request_id, outcome="ok",
-                 detail={"state": state})
+        state = getattr(tx.tasks, f"task_{action}")(task_id, event_data(actor, reason))
+        tx.audit.audit_insert(actor=actor, action=f"task.{action}", target=str(task_id), request_id=request_id,
+                              outcome="ok", detail={"state": state})
     return state
 
 
@@ -143,8 +144,8 @@ def set_paused(store: Store, scope: str, name: str, paused: bool, *, actor: str,
     Idempotent: pausing a paused one changes nothing (and is still recorded)."""
     with store.transaction() as tx:
         if paused:
-            tx.pause(scope, name)
+            tx.tasks.pause_set(scope, name)
         else:
-            tx.unpause(scope, name)
-        tx.audit(actor=actor, action=f"{scope}.{'pause' if paused else 'resume'}", target=name,
-                 request_id=request_id, outcome="ok")
+            tx.tasks.pause_clear(scope, name)
+        tx.audit.audit_insert(actor=actor, action=f"{scope}.{'pause' if paused else 'resume'}", target=name,
+                              request_id=request_id, outcome="ok")

@@ -9,6 +9,7 @@ def main(settings) -> int:
     """Entry: settings -> logging -> metrics -> store -> schedules file -> scheduler -> run."""
     from ..engine import logs, migrate
     from ..engine.lifecycle import run_role
+    from ..engine.schedule_actions import apply_schedules
     from ..engine.schedules import load_file
     from .scheduler import Scheduler
 
@@ -19,7 +20,7 @@ def main(settings) -> int:
 
     def apply_file(store) -> None:
         if definitions is not None:
-            report = store.apply_schedules(definitions, prune=settings.schedules_prune,
+            report = apply_schedules(store, definitions, prune=settings.schedules_prune,
                                             max_payload_bytes=settings.max_payload_bytes)
             # `created` is a LogRecord attribute: prefix the counts so they never collide
             logging.getLogger("skiplock.scheduler").info(

@@ -1,9 +1,10 @@
-"""The maintenance services the scheduler runs: the reaper, retention, the queue gauges, and the
-worker registry's removal of dead workers and its gauges.
+"""The maintenance services the scheduler runs: the reclaimer, retention, the queue gauges, and
+the worker registry's removal of dead workers and its gauges.
 
 Each has `run_once()` returning what it did, and is safe to run in every replica at once: the
-reaper and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
-run this same reaper as a fallback (worker.reap_once) for installations without a scheduler.
+reclaimer and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
+run this same reclaimer as a fallback (worker/keeper.py, Keeper.reclaim_once) for installations
+without a scheduler.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ BATCH = 500
 MAX_BATCHES = 20
 
 
-class Reaper:
+class Reclaimer:
     """Expired leases back to `queued` (reclaims + 1), or to `failed` past the budget;
     `cancelling` with an expired lease to `cancelled`."""
 
@@ -32,7 +33,7 @@ class Reaper:
     def run_once(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for _ in range(MAX_BATCHES):
-            rows = self.store.reclaim_expired(self.max_reclaims, limit=BATCH)
+            rows = self.store.tasks.task_reclaim_expired(self.max_reclaims, limit=BATCH)
             for row in rows:
                 counts[row.state] = counts.get(row.state, 0) + 1
                 if row.state in ("queued", "failed"):
@@ -62,7 +63,7 @@ class Retention:
         deleted: dict[str, int] = {}
         for state, seconds in self.retain.items():
             for _ in range(MAX_BATCHES):
-                n = self.store.delete_finished(state, seconds, limit=BATCH)
+                n = self.store.tasks.task_delete_finished(state, seconds, limit=BATCH)
                 if n:
                     deleted[state] = deleted.get(state, 0) + n
                     self.metrics.tasks_deleted.labels(state).inc(n)
@@ -72,7 +73,7 @@ class Retention:
         keep_fires = self.retain.get("completed")
         if keep_fires:
             for _ in range(MAX_BATCHES):
-                n = self.store.delete_old_fires(keep_fires, limit=BATCH)
+                n = self.store.schedules.schedule_fire_delete_old(keep_fires, limit=BATCH)
                 if n:
                     deleted["schedule_fires"] = deleted.get("schedule_fires", 0) + n
                 if n < BATCH:
@@ -81,7 +82,7 @@ class Retention:
         for state, task_state in (("delivered", "completed"), ("dead", "failed")):
             seconds = self.retain.get(task_state)
             for _ in range(MAX_BATCHES if seconds else 0):
-                n = self.store.delete_old_deliveries(state, seconds, limit=BATCH)
+                n = self.store.webhooks.webhook_delivery_delete_old(state, seconds, limit=BATCH)
                 if n:
                     deleted[f"deliveries_{state}"] = deleted.get(f"deliveries_{state}", 0) + n
                 if n < BATCH:
@@ -102,7 +103,9 @@ class QueueGauges:
         self._queues: set[str] = set()
 
     def run_once(self) -> dict[str, dict]:
-        counts, claimable = self.store.queue_stats()
+        counts = self.store.tasks.queue_task_counts()
+        paused_kinds = [name for scope, name, _ in self.store.tasks.pause_list() if scope == "kind"]
+        claimable = self.store.tasks.queue_claimable(paused_kinds)
         by_queue: dict[str, dict] = {}
         for queue, state, n in counts:
             by_queue.setdefault(queue, {})[state] = n
@@ -112,7 +115,7 @@ class QueueGauges:
             ages[queue] = (0, 0.0) if paused else (n, max(0.0, oldest_age or 0.0))
         # queues seen before and now empty report 0, not a stale value or a vanished series
         for queue in (set(by_queue) | set(ages)) - self._queues:
-            # the reaper's counter of a queue exists at 0 before its first reclaim, so increase()
+            # the reclaimer's counter of a queue exists at 0 before its first reclaim, so increase()
             # and the reclaims alert read 0 rather than nothing
             self.metrics.task_reclaims.labels(queue)
         self._queues |= set(by_queue) | set(ages)
@@ -134,13 +137,13 @@ STALE_WORKER_LEASES = 3
 class StaleWorkers:
     """Deletes the registry rows of workers that died without exiting (kill -9, a lost node):
     those whose heartbeat is older than STALE_WORKER_LEASES of their own leases. Their claims are
-    the reaper's, through the leases, whatever this does."""
+    the reclaimer's, through the leases, whatever this does."""
 
     def __init__(self, store: Store, metrics: Metrics, leases: float = STALE_WORKER_LEASES):
         self.store, self.metrics, self.leases = store, metrics, leases
 
     def run_once(self) -> int:
-        removed = self.store.delete_stale_workers(self.leases)
+        removed = self.store.workers.worker_delete_stale(self.leases)
         if removed:
             self.metrics.workers_removed.inc(len(removed))
             log.info("removed workers whose heartbeat stopped",
@@ -156,7 +159,7 @@ class WorkerGauges:
         self._queues: set[str] = set()
 
     def run_once(self) -> dict[str, tuple[int, int]]:
-        counts = {queue: (workers, concurrency) for queue, workers, concurrency in self.store.worker_queue_counts()}
+        counts = {queue: (workers, concurrency) for queue, workers, concurrency in self.store.workers.worker_queue_counts()}
         # a queue whose last worker left reports 0, not its last value
         self._queues |= set(counts)
         for queue in self._queues:

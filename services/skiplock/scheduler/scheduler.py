@@ -18,7 +18,7 @@ from ..engine.metrics import Metrics
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .firing import Firer
-from .maintenance import QueueGauges, Reaper, Retention, StaleWorkers, WorkerGauges
+from .maintenance import QueueGauges, Reclaimer, Retention, StaleWorkers, WorkerGauges
 
 log = logging.getLogger("skiplock.scheduler")
 
@@ -38,7 +38,7 @@ class Scheduler:
                   "cancelled": settings.retain_cancelled_seconds}
         # (name, service, interval); the first run of each is spread so replicas do not align
         self.services = [
-            ("reaper", Reaper(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
+            ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
             ("retention", Retention(store, self.metrics, retain).run_once, settings.retention_seconds),
             ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
@@ -80,7 +80,7 @@ class Scheduler:
         self._healthy, self._failures = True, 0
         if counts.schedules:
             return 0.0  # more may be due (a catch-up batch, another page of due rows)
-        until_fire = self.store.seconds_to_next_fire()
+        until_fire = self.store.schedules.schedule_next_due()
         until_service = min(self._next_run.values()) - time.monotonic()
         candidates = [self.settings.poll_seconds, until_service]
         if until_fire is not None:

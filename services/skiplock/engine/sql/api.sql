@@ -1,4 +1,4 @@
--- Named statements of the HTTP API (services/skiplock/api). engine/store.py looks them up by name.
+-- Named statements of the HTTP API (services/skiplock/api). engine/store/ runs them, one method per statement.
 --
 -- Listings are keyset-paginated on a key that only grows: task ids are UUIDv7 (time-ordered),
 -- audit ids an identity. A page is `key < cursor ORDER BY key DESC`, so rows inserted while a

@@ -1,5 +1,5 @@
 -- Named statements of the maintenance services the scheduler runs: retention and queue gauges.
--- (The reaper's statement, task_reclaim_expired, lives with the task lifecycle in tasks.sql.)
+-- (The reclaimer's statement, task_reclaim_expired, lives with the task lifecycle in tasks.sql.)
 -- Each is safe to run from every replica at once.
 
 -- name: task_delete_finished

@@ -1,4 +1,5 @@
--- Named statements for schedules and their fires. engine/store.py looks them up by name.
+-- Named statements for schedules and their fires. engine/store/schedules.py runs them, one method
+-- per statement.
 --
 -- A tick runs schedule_now, schedule_claim_due, then per claimed row the task insert,
 -- schedule_fire_record and schedule_advance, all in one transaction: a scheduler killed mid-tick
@@ -13,7 +14,7 @@ SELECT coalesce(%(now)s::timestamptz, now());
 -- replica is firing are skipped, not waited for.
 SELECT s.name, s.kind, s.queue, s.payload, s.priority, s.max_attempts, s.cron, s.timezone,
        s.interval_seconds, s.overlap, s.catchup, s.catchup_window_seconds, s.jitter_seconds,
-       s.next_fire_at, s.buffered_fire_at, s.last_task_id, t.state
+       s.next_fire_at, s.buffered_fire_at, s.last_task_id, t.state AS previous_state
 FROM skiplock.schedules AS s
 LEFT JOIN skiplock.tasks AS t ON t.id = s.last_task_id
 WHERE s.enabled
@@ -123,13 +124,19 @@ SET enabled = %(enabled)s,
 WHERE name = %(name)s
 RETURNING name, enabled;
 
--- name: schedule_list
+-- name: _schedule_columns
 SELECT name, kind, queue, payload, priority, max_attempts, cron, timezone, interval_seconds, overlap,
        catchup, catchup_window_seconds, jitter_seconds, enabled, next_fire_at, buffered_fire_at,
        last_fire_at, last_task_id, fires, skips, created_at, updated_at
 FROM skiplock.schedules
-WHERE %(name)s::text IS NULL OR name = %(name)s
+
+-- name: schedule_list
+{{_schedule_columns}}
 ORDER BY name;
+
+-- name: schedule_get
+{{_schedule_columns}}
+WHERE name = %(name)s;
 
 -- name: schedule_fires_list
 SELECT schedule, nominal_at, at, outcome, task_id, detail

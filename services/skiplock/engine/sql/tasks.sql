@@ -1,4 +1,4 @@
--- Named statements for the task lifecycle. engine/store.py looks them up by name.
+-- Named statements for the task lifecycle. engine/store/tasks.py runs them, one method per statement.
 --
 -- Every transition bumps tasks.event_seq and inserts the matching task_events row in the same
 -- statement, so a task's events are gap-free and commit or roll back with the transition.
@@ -96,7 +96,7 @@ picked AS MATERIALIZED (
 -- name: task_claim
 WITH {{_claim_ctes}}
 -- only what the worker uses: the columns of model.ClaimedTask, in its order
-SELECT id, kind, queue, payload, attempts, lease_token, cursor, waited_seconds
+SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds
 FROM claimed;
 
 -- name: task_heartbeat
@@ -265,8 +265,10 @@ WITH expired AS MATERIALIZED (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM reclaimed WHERE state = 'queued') AS q
 )
-SELECT id, queue, state, kind, attempts, last_error, (SELECT count(*) FROM wake) AS woken
-FROM reclaimed;
+-- the condition is always true: it makes Postgres run the wake-up, which nothing else reads
+SELECT id, queue, state, kind, attempts, last_error AS error
+FROM reclaimed
+WHERE (SELECT count(*) FROM wake) >= 0;
 
 -- name: _task_filter
 -- The operator's filter: a NULL parameter matches every task. Shared by the list and the bulk
@@ -372,7 +374,7 @@ RETURNING t.id
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at,
-       e.traceback
+       e.traceback AS last_error_traceback
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
     SELECT data ->> 'traceback' AS traceback

@@ -1,6 +1,7 @@
--- Named statements for webhook endpoints and the outbox of deliveries. engine/store.py looks
--- them up by name. Every write that ends or extends a delivery attempt names the delivery, its
--- lease token and the state it expects ('delivering'); a row it did not touch was reclaimed.
+-- Named statements for webhook endpoints and the outbox of deliveries. engine/store/webhooks.py
+-- runs them, one method per statement. Every write that ends or extends a delivery attempt
+-- names the delivery, its lease token and the state it expects ('delivering'); a row it did not
+-- touch was reclaimed.
 
 -- name: webhook_endpoints_lock
 -- Endpoint changes serialize here, so the outbox trigger's on/off switch follows the last one.
@@ -35,15 +36,22 @@ INSERT INTO skiplock.webhook_endpoints (id, url, secret, event_types, descriptio
 VALUES (%(id)s, %(url)s, %(secret)s, %(event_types)s, %(description)s)
 RETURNING id, url, event_types, description, enabled, disabled_reason, created_at;
 
--- name: webhook_endpoint_list
+-- name: _webhook_endpoint_columns
 SELECT e.id, e.url, e.event_types, e.description, e.enabled, e.disabled_reason, e.created_at,
        count(*) FILTER (WHERE d.state = 'pending' OR d.state = 'delivering') AS pending,
        count(*) FILTER (WHERE d.state = 'dead') AS dead
 FROM skiplock.webhook_endpoints AS e
 LEFT JOIN skiplock.webhook_deliveries AS d ON d.endpoint_id = e.id
-WHERE %(id)s::uuid IS NULL OR e.id = %(id)s
+
+-- name: webhook_endpoint_list
+{{_webhook_endpoint_columns}}
 GROUP BY e.id
 ORDER BY e.created_at, e.id;
+
+-- name: webhook_endpoint_get
+{{_webhook_endpoint_columns}}
+WHERE e.id = %(id)s
+GROUP BY e.id;
 
 -- name: webhook_endpoint_delete
 DELETE FROM skiplock.webhook_endpoints WHERE id = %(id)s RETURNING id;

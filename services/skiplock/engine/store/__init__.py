@@ -1,0 +1,104 @@
+"""The one package that talks to Postgres at run time (migrations and the listener aside).
+
+`Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit` and
+`store.workers` are its rooms, one class per table group, each method named after the named
+statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
+finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
+psycopg errors become skiplock errors (connection.translated_errors). Decisions belong to the
+roles that call it. Creating a Store opens nothing; `open()` starts the pools.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import psycopg
+
+from ..model import ClaimedTask, Settlement
+from .audit import AuditStore
+from .connection import Connection, Database, connect, translated_errors
+from .copy import COPY_THRESHOLD, copy_many
+from .schedules import DueSchedule, ScheduleStore
+from .tasks import ReclaimedTask, TaskStore, task_insert
+from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
+from .workers import WorkerRecord, WorkerStore
+
+__all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "ReclaimedTask", "Store",
+           "WebhookEndpoint", "WorkerRecord", "connect", "copy_many", "task_insert", "translated_errors"]
+
+
+class Store:
+    """Pooled access for the roles. Thread-safe: each call borrows a connection."""
+
+    def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
+                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None):
+        """`worker_connections`: give task_claim and task_settle a connection each of their own,
+        on which those statements run with generic plans (see connection.Database)."""
+        self._rooms(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
+                             worker_connections=worker_connections, statement_timeout=statement_timeout))
+
+    def _rooms(self, db: Database) -> None:
+        self.db = db
+        self.url, self.schema, self.channel = db.url, db.schema, db.channel
+        self.tasks = TaskStore(db, self._on)
+        self.schedules = ScheduleStore(db)
+        self.webhooks = WebhookStore(db)
+        self.audit = AuditStore(db)
+        self.workers = WorkerStore(db)
+
+    @classmethod
+    def _on(cls, db: Database) -> "Store":
+        store = object.__new__(cls)
+        store._rooms(db)
+        return store
+
+    def open(self, wait: bool = False) -> "Store":
+        self.db.open(wait=wait)
+        return self
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s); psycopg
+        errors inside surface as skiplock errors."""
+        with self.db.connection(timeout) as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """A store whose every call runs on one connection, in one transaction that commits when
+        the block ends (rolls back if it raises). The API commits a change and its audit row
+        this way. On a transaction's store, a savepoint of its transaction."""
+        with self.db.transaction() as db:
+            yield Store._on(db)
+
+    def ping(self, timeout: float | None = None) -> None:
+        with self.connection(timeout) as conn:
+            conn.execute("SELECT 1")
+
+    # ---- forwarding, kept only until the worker moves to the facade -------------------------
+    # The worker (services/skiplock/worker/) still calls the store by these old names. No other
+    # caller may use them; delete the block when the worker calls store.tasks and store.workers.
+
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
+              kind_max_attempts: Mapping[str, int] | None = None) -> list[ClaimedTask]:
+        return self.tasks.task_claim(queues, limit, owner, lease_seconds, kind_max_attempts)
+
+    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
+               ) -> dict[uuid.UUID, str]:
+        return self.tasks.task_settle(settlements, conn)
+
+    def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
+        return self.tasks.task_heartbeat(leases, lease_seconds)
+
+    def register_worker(self, record: WorkerRecord) -> bool:
+        return self.workers.worker_register(record)
+
+    def delete_worker(self, worker_id: str) -> bool:
+        return self.workers.worker_delete(worker_id)
+
+    # ---- end of the forwarding block ----------------------------------------------------------

@@ -1,0 +1,287 @@
+"""The connection and transaction layer of the store: pools, one-off connections, the
+translation of every psycopg error into a skiplock error, and rows into row types by column name.
+
+It runs no statement of its own choosing (the table groups do); it must not decide anything
+about tasks, schedules or webhooks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg.adapt
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .. import queries
+from ..errors import DatabaseError, DatabaseUnavailable, DataRefused, MigrationError, StatementTimeout
+
+log = logging.getLogger("skiplock.store")
+
+# libpq keepalives: a silently dead peer (half-open TCP) is noticed in about a minute.
+KEEPALIVES = dict(keepalives=1, keepalives_idle=20, keepalives_interval=5, keepalives_count=3,
+                  tcp_user_timeout=30_000)
+
+
+def connect(url: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    """A connection of our own (listener, migrations, one-off enqueue)."""
+    try:
+        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextmanager
+def translated_errors():
+    """Every psycopg error as a skiplock error (`raise ... from exc`, so the driver's stays the
+    cause): a database whose skiplock schema was never migrated; a lost or refused connection,
+    and every other operational error (a lock or statement timeout, a deadlock, a serialization
+    failure: try again); a value the database refuses; anything else (a bug of ours)."""
+    try:
+        yield
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise MigrationError(f"the skiplock schema is missing ({_first_line(exc)}): "
+                             "run `skiplock migrate`") from exc
+    except psycopg.errors.QueryCanceled as exc:  # statement_timeout (or an operator's pg_cancel_backend)
+        raise StatementTimeout(f"the database cancelled the statement: {_first_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
+    except psycopg.DataError as exc:
+        raise DataRefused(_first_line(exc)) from exc
+    except psycopg.Error as exc:  # IntegrityError, ProgrammingError, InternalError, InterfaceError, ...
+        raise DatabaseError(_first_line(exc)) from exc
+
+
+def use_generic_plans(conn: psycopg.Connection) -> None:
+    """The worker's claim and settle statements (task_claim, task_settle) are built so
+    that their best plan does not depend on their parameters or on the table's size: per-row
+    primary-key probes, an ordered scan of tasks_claimable, a TID scan. Left to itself, Postgres
+    plans them anew on every call (with an unknown LIMIT, the generic plan's estimate looks worse
+    than the custom plans'), and planning is a large share of its CPU per task in a drain. So on
+    these connections, which run only those statements, each is planned once (psycopg prepares
+    it from its sixth use), without hash or merge joins or sequential scans, so that a plan made
+    while the table was small stays right when it is large. tests/integration/test_claims.py
+    checks the plans."""
+    conn.execute("SET plan_cache_mode = force_generic_plan; SET enable_hashjoin = off; "
+                 "SET enable_mergejoin = off; SET enable_seqscan = off")
+
+
+class JsonbLoader(psycopg.adapt.Loader):
+    """jsonb text to Python, straight through json's C scanner: json.loads() spends most of its
+    time on a small payload checking its argument and detecting the bytes' encoding. Used on the
+    claims connection, which loads one payload per claimed task."""
+
+    _scan = json.decoder.JSONDecoder().scan_once  # the C scanner, where there is one
+
+    def load(self, data: Any) -> Any:
+        text = str(data, "utf-8")
+        try:
+            value, end = self._scan(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):  # not one whole JSON value (never from Postgres): json says why
+            return json.loads(text)
+        return value
+
+
+# ---- rows into row types, by column name ------------------------------------------------------
+
+def row_fields(row_type: type) -> tuple[str, ...]:
+    """The fields of a row type (a NamedTuple or a dataclass), in order."""
+    fields = getattr(row_type, "_fields", None)
+    if fields is not None:
+        return tuple(fields)
+    return tuple(f.name for f in dataclasses.fields(row_type))
+
+
+def _required(row_type: type) -> set[str]:
+    defaults = getattr(row_type, "_field_defaults", None)
+    if defaults is not None:
+        return set(row_type._fields) - set(defaults)
+    return {f.name for f in dataclasses.fields(row_type)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def row_maker(statement: str, row_type: type, columns: Sequence[str]) -> Callable[[tuple], Any]:
+    """Build one row of `row_type` from one row of `statement`, matching columns to fields by
+    name; raises TypeError naming the statement when they do not fit. Columns in the order of
+    the fields (every statement today) are passed by position: no per-row cost over a tuple."""
+    fields, columns = row_fields(row_type), tuple(columns)
+    unknown = [c for c in columns if c not in fields]
+    missing = _required(row_type) - set(columns)
+    if unknown or missing or len(set(columns)) != len(columns):
+        raise TypeError(f"statement {statement!r} returns columns {list(columns)}, which do not fill "
+                        f"{row_type.__name__}{list(fields)}")
+    if columns == fields[:len(columns)]:
+        if columns == fields and hasattr(row_type, "_make"):
+            return row_type._make
+        return lambda row: row_type(*row)
+    return lambda row: row_type(**dict(zip(columns, row)))
+
+
+# {(statement, row type): maker}: built from the first result's description, then reused
+_MAKERS: dict[tuple[str, type], Callable[[tuple], Any]] = {}
+
+
+def rows_as(statement: str, row_type: type, cursor: psycopg.Cursor) -> list:
+    """All rows of `cursor` (which ran `statement`) as `row_type`."""
+    rows = cursor.fetchall()
+    make = _MAKERS.get((statement, row_type))
+    if make is None:
+        make = _MAKERS[statement, row_type] = row_maker(statement, row_type,
+                                                        [c.name for c in cursor.description])
+    return list(map(make, rows))
+
+
+# ---- pools and transactions -------------------------------------------------------------------
+
+def _set_statement_timeout(milliseconds: int, conn: psycopg.Connection) -> None:
+    conn.execute(f"SET statement_timeout = {int(milliseconds)}")
+
+
+class Database:
+    """Pooled connections for one schema. Thread-safe: each call borrows a connection. Creating
+    one opens nothing; `open()` starts the pools."""
+
+    def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
+                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None):
+        """`worker_connections`: give task_claim and task_settle a connection each of their own
+        (a worker claims on one while its writer writes outcomes on the other), on which those
+        statements run with generic plans (see use_generic_plans). Without: they share the pool.
+        `statement_timeout` (seconds): Postgres cancels a statement of the pool's that runs longer
+        (StatementTimeout); None leaves the server's setting."""
+        self.url = url
+        self.schema = schema
+        self.channel = f"skiplock_{schema}"
+        self.sql = queries.load(schema)
+        kwargs = dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}", **KEEPALIVES)
+        configure = None
+        if statement_timeout is not None:
+            # set per session when the pool connects, not in the URL's options, which it may carry
+            milliseconds = max(1, round(statement_timeout * 1000))
+            configure = functools.partial(_set_statement_timeout, milliseconds)
+        self.pool: ConnectionPool | None = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15, kwargs=kwargs,
+            reconnect_timeout=0, configure=configure)
+        self.claim_pool = self.outcome_pool = None
+        if worker_connections:
+            self.claim_pool, self.outcome_pool = (
+                ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
+                               reconnect_timeout=0, configure=functools.partial(self._configure_worker_connection, use),
+                               num_workers=1, kwargs={**kwargs, "application_name": f"skiplock-{name}-{use}"})
+                for use in ("claims", "outcomes"))
+
+    def _configure_worker_connection(self, use: str, conn: psycopg.Connection) -> None:
+        """A new claims or outcomes connection: generic plans, then one run of its statement that
+        touches nothing (a claim of 0 tasks; the outcome of a task that does not exist). A new
+        backend's first run of one of these statements reads its catalogs and plans it, which
+        costs milliseconds (tests/benchmarks/RESULTS.md). Done in the pool's thread while the
+        worker starts (and after a reconnect, before the connection is lent), it is off the
+        first claim's path."""
+        use_generic_plans(conn)
+        if use == "claims":
+            conn.adapters.register_loader("jsonb", JsonbLoader)
+            statement, params = "task_claim", dict(queues=["default"], limit=0, owner="", lease_seconds=1.0,
+                                                   kind_max_attempts=None)
+        else:
+            from ..model import uuid7
+            statement = "task_settle"
+            params = {"settlements": Jsonb([{"id": uuid7().hex, "token": 0, "outcome": "completed"}])}
+        try:
+            conn.execute(self.sql[statement], params)
+        except psycopg.DatabaseError as exc:  # not fatal: the real statement will say what is wrong
+            log.debug("warming up the %s connection failed", use, extra={"error": str(exc)})
+
+    def _pools(self) -> list[ConnectionPool]:
+        return [p for p in (self.claim_pool, self.outcome_pool, self.pool) if p is not None]
+
+    def open(self, wait: bool = False) -> None:
+        for pool in reversed(self._pools()):
+            pool.open(wait=wait, timeout=15)
+
+    def close(self) -> None:
+        for pool in self._pools():
+            pool.close(timeout=5)
+
+    @contextmanager
+    def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None
+                   ) -> Iterator[psycopg.Connection]:
+        """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s); every
+        psycopg error inside surfaces as a skiplock error (see translated_errors)."""
+        try:
+            with translated_errors(), (pool or self.pool).connection(timeout=timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+
+    def fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None) -> list[tuple]:
+        """All rows of statement `name`, as tuples."""
+        with self.connection(pool=pool) as conn:
+            return conn.execute(self.sql[name], params).fetchall()
+
+    def fetch_as(self, name: str, params: dict, row_type: type, *, pool: ConnectionPool | None = None) -> list:
+        """All rows of statement `name`, as `row_type` (by column name)."""
+        with self.connection(pool=pool) as conn:
+            return rows_as(name, row_type, conn.execute(self.sql[name], params))
+
+    @contextmanager
+    def transaction(self) -> Iterator["BoundDatabase"]:
+        """One connection in one transaction that commits when the block ends (rolls back if it
+        raises). On a bound database, a savepoint of the transaction it is in."""
+        with self.connection() as conn, conn.transaction():
+            yield BoundDatabase(self, conn)
+
+    @contextmanager
+    def unit(self) -> Iterator[psycopg.Connection]:
+        """A connection on which several statements run as one: in a transaction of their own,
+        or in the caller's when this database is bound to one."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+
+class BoundDatabase(Database):
+    """The database `Database.transaction()` yields: every call runs on the one connection it holds."""
+
+    def __init__(self, parent: Database, conn: psycopg.Connection):
+        # not super().__init__(): that would build a second pool; share the parent's state
+        self.__dict__.update(parent.__dict__)
+        self.conn = conn
+        self.pool = self.claim_pool = self.outcome_pool = None
+
+    @contextmanager
+    def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None
+                   ) -> Iterator[psycopg.Connection]:
+        with translated_errors():
+            yield self.conn
+
+    @contextmanager
+    def unit(self) -> Iterator[psycopg.Connection]:
+        with translated_errors():
+            yield self.conn
+
+    def open(self, wait: bool = False) -> None:
+        raise TypeError("a transaction's store has no pool of its own")
+
+    def close(self) -> None:
+        raise TypeError("a transaction's store has no pool of its own")
+
+
+def jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+# The driver's connection type, for callers that take a caller's connection (enqueue's public
+# API) without importing the driver themselves.
+Connection = psycopg.Connection

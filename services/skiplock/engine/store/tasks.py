@@ -1,0 +1,310 @@
+"""The tasks, their events and the pauses: one method per statement of engine/sql/tasks.sql
+(and the task listings of api.sql, the retention and queue reads of maintenance.sql), named
+after it, so that one grep finds both.
+
+These methods run queries and fence writes; which task to retry, when, and what a replayed
+request means is decided by the roles that call them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..errors import InvalidInput, TaskNotCancellable, TaskNotFound, TaskNotResumable
+from ..model import ClaimedTask, Settlement, Task, TaskEvent, TaskSpec, uuid7
+from .. import queries
+from .connection import Database, jsonb, translated_errors
+from .copy import COPY_THRESHOLD, copy_in, copy_line, pieces
+
+_SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
+                        "kind_max_attempts", "traceback")
+assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # settle_params reads them by position
+_NO_OPTIONALS = (None,) * len(_SETTLEMENT_OPTIONAL)
+
+
+class ReclaimedTask(NamedTuple):
+    """A claim task_reclaim_expired took back, and the state it left the task in."""
+
+    id: uuid.UUID
+    queue: str
+    state: str  # queued (reclaimed), failed (reclaims or deadline spent) or cancelled
+    kind: str
+    attempts: int
+    error: str | None
+
+
+class _RawJson(Jsonb):
+    """Already-encoded JSON text, passed through without a second dumps()."""
+
+    def __init__(self, text: str):
+        super().__init__(text, dumps=lambda text: text)
+
+
+def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock") -> list[uuid.UUID]:
+    """Insert tasks on `conn`, inside whatever transaction it is in. Returns one id per spec, in
+    order; a spec whose idempotency key is taken gets the existing task's id. The database writes
+    their 'queued' events and wakes the workers (the tasks_inserted trigger)."""
+    if not specs:
+        return []
+    sql = queries.load(schema)
+    ids = uuid7.many(len(specs))
+    if len(specs) >= COPY_THRESHOLD and all(
+            s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
+        texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
+        copy_in(conn, ("".join(map(copy_line, texts[i:j], specs[i:j])) for i, j in pieces(len(specs))), sql)
+        return ids
+    if len(specs) == 1:  # the common single enqueue: plain parameters, no arrays to build and unnest
+        s = specs[0]
+        statement, params = sql["task_insert_one"], dict(
+            id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
+            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key)
+    else:
+        statement, params = sql["task_insert"], dict(
+            ids=ids,
+            kinds=[s.kind for s in specs],
+            queues=[s.queue for s in specs],
+            priorities=[s.priority for s in specs],
+            payloads=[_RawJson(s.payload_json) for s in specs],
+            max_attempts=[s.max_attempts for s in specs],
+            delays=[s.delay for s in specs],
+            run_ats=[s.run_at for s in specs],
+            idempotency_keys=[s.idempotency_key for s in specs],
+        )
+    with translated_errors():
+        inserted = {row[0] for row in conn.execute(statement, params).fetchall()}
+        keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
+        orphans = []
+        if keyed:
+            # the key's owner committed before our INSERT (ON CONFLICT waited for it), so this
+            # new statement's snapshot sees it
+            keys = list({specs[i].idempotency_key for i in keyed})
+            existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
+            for i in keyed:
+                owner = existing.get(specs[i].idempotency_key)
+                if owner is None:
+                    # a duplicate key inside this very batch: the first occurrence won
+                    owner = next((ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
+                                  and ids[j] in inserted), None)
+                if owner is None:
+                    orphans.append(i)
+                else:
+                    ids[i] = owner
+        if orphans:
+            # the key's task was deleted (retention) between our INSERT and the lookup: the key is
+            # free again, so insert these once more
+            for i, task_id in zip(orphans, task_insert(conn, [specs[i] for i in orphans], schema)):
+                ids[i] = task_id
+    return ids
+
+
+def settle_params(settlements: Sequence[Settlement]) -> dict:
+    """task_settle's parameters: one JSON object per settlement, with only the fields it sets."""
+    rows = []
+    optional = _SETTLEMENT_OPTIONAL
+    for s in settlements:
+        # the id as 32 hex digits (a third of str()'s cost; Postgres reads it as a uuid)
+        row = {"id": s.task_id.hex, "token": s.lease_token, "outcome": s.outcome}
+        if s[3:] != _NO_OPTIONALS:  # the common completion, with no result, has none
+            for name, value in zip(optional, s[3:]):  # the fields after outcome, in order
+                if value is not None:
+                    row[name] = value
+        rows.append(row)
+    return {"settlements": Jsonb(rows)}
+
+
+def parse_uuid(value: uuid.UUID | str, error: type[Exception], what: str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise error(f"{what} id {value!r} is not a UUID") from None
+
+
+def _parse_id(task_id: uuid.UUID | str) -> uuid.UUID:
+    return parse_uuid(task_id, TaskNotFound, "task")
+
+
+def _id_list(ids: Sequence[uuid.UUID | str] | None) -> list[uuid.UUID] | None:
+    return None if ids is None else [_parse_id(i) for i in ids]
+
+
+class TaskStore:
+    """Queries of the tasks, task_events and pauses tables."""
+
+    def __init__(self, db: Database, store_on: Callable[[Database], Any]):
+        self.db = db
+        self._store_on = store_on  # the facade over a transaction's database, for `last` of _many
+
+    # -- enqueue
+    def task_insert(self, specs: Sequence[TaskSpec]) -> list[uuid.UUID]:
+        """Insert tasks in one transaction (the caller's, on a transaction's store); see task_insert()."""
+        with self.db.unit() as conn:
+            return task_insert(conn, specs, self.db.schema)
+
+    def task_submitted(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple]:
+        """{id: (request_hash, inserted by this transaction, kind, queue, priority, payload,
+        max_attempts)} of tasks just inserted, on the inserting transaction's store."""
+        return {row[0]: row[1:] for row in self.db.fetch("task_submitted", {"ids": list(ids)})}
+
+    def task_annotate(self, ids: Sequence[uuid.UUID], hashes: Sequence[str | None],
+                      deadlines: Sequence[dt.datetime | None]) -> None:
+        """Write the request fingerprints and deadlines of tasks just inserted (same transaction)."""
+        with self.db.connection() as conn:
+            conn.execute(self.db.sql["task_annotate"], dict(ids=list(ids), hashes=list(hashes),
+                                                            deadlines=list(deadlines)))
+
+    # -- the worker
+    def task_claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
+                   kind_max_attempts: Mapping[str, int] | None = None) -> list[ClaimedTask]:
+        """Lease up to `limit` claimable tasks of `queues` (on the claims connection, if the store
+        has worker connections). A claimed task without max_attempts of its own gets its kind's
+        from `kind_max_attempts` ({kind: max_attempts}), if there."""
+        return self.db.fetch_as("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
+                                                   lease_seconds=lease_seconds,
+                                                   kind_max_attempts=jsonb(kind_max_attempts)),
+                                ClaimedTask, pool=self.db.claim_pool)
+
+    def task_heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
+        """Renew claims; returns {task id: state} for the claims still held."""
+        leases = list(leases)
+        if not leases:
+            return {}
+        rows = self.db.fetch("task_heartbeat", dict(ids=[i for i, _ in leases], tokens=[t for _, t in leases],
+                                                    lease_seconds=lease_seconds))
+        return dict(rows)
+
+    def task_settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
+                    ) -> dict[uuid.UUID, str]:
+        """Apply fenced outcomes, many in one statement (on `conn`, else on the outcomes
+        connection if the store has worker connections); returns {task id: new state} for those
+        applied. A settlement missing from the result was refused by its fence."""
+        if not settlements:
+            return {}
+        params = settle_params(settlements)
+        if conn is not None:
+            with translated_errors():
+                return dict(conn.execute(self.db.sql["task_settle"], params).fetchall())
+        return dict(self.db.fetch("task_settle", params, pool=self.db.outcome_pool))
+
+    def task_reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[ReclaimedTask]:
+        """The reclaimer's unit of work: each claim it took back, with the state it left it in."""
+        return self.db.fetch_as("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
+                                                             channel=self.db.channel), ReclaimedTask)
+
+    # -- reads
+    def task_get(self, task_id: uuid.UUID | str) -> Task:
+        task_id = _parse_id(task_id)
+        rows = self.db.fetch_as("task_get", {"id": task_id}, Task)
+        if not rows:
+            raise TaskNotFound(f"task {task_id} not found")
+        return rows[0]
+
+    def task_events_list(self, task_id: uuid.UUID | str) -> list[TaskEvent]:
+        return self.db.fetch_as("task_events_list", {"id": _parse_id(task_id)}, TaskEvent)
+
+    def task_list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
+                  created_after: dt.datetime | None = None, created_before: dt.datetime | None = None,
+                  ids: Sequence[uuid.UUID] | None = None, idempotency_key: str | None = None,
+                  cursor: uuid.UUID | None = None, limit: int = 50) -> list[Task]:
+        """Newest first; `cursor` is the id of the last task of the previous page."""
+        return self.db.fetch_as("task_list", dict(
+            queue=queue, state=state, kind=kind, created_after=created_after, created_before=created_before,
+            ids=_id_list(ids), idempotency_key=idempotency_key, cursor=cursor, limit=limit), Task)
+
+    # -- operator actions
+    def task_cancel(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
+        task_id = _parse_id(task_id)
+        rows = self.db.fetch("task_cancel", {"id": task_id, "data": jsonb(data)})
+        if rows:
+            return rows[0][1]
+        state = self.task_get(task_id).state  # raises TaskNotFound
+        if state in ("cancelling", "cancelled"):
+            return state  # already asked: cancelling twice is not an error
+        # the task finished before the request arrived
+        raise TaskNotCancellable(f"task {task_id} is {state}; only queued or running tasks can be cancelled")
+
+    def task_resume(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
+        task_id = _parse_id(task_id)
+        rows = self.db.fetch("task_resume", {"id": task_id, "data": jsonb(data), "channel": self.db.channel})
+        if rows:
+            return rows[0][1]
+        state = self.task_get(task_id).state
+        raise TaskNotResumable(f"task {task_id} is {state}; only failed or cancelled tasks can be resumed")
+
+    # -- bulk operator actions: the tasks of a filter, in batches of short transactions
+    def task_cancel_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
+        """Cancel up to `limit` queued or running tasks of `task_filter` (the keyword arguments of
+        task_list but cursor and limit), as task_cancel does each; returns how many changed."""
+        return self._many("task_cancel_many", {**task_filter, "data": jsonb(data)}, limit, **batching)
+
+    def task_retry_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
+        """Resume up to `limit` failed or cancelled tasks of `task_filter`, as task_resume does each."""
+        return self._many("task_retry_many", {**task_filter, "data": jsonb(data), "channel": self.db.channel},
+                          limit, **batching)
+
+    def task_purge_many(self, task_filter: dict, limit: int, **batching) -> int:
+        """Delete up to `limit` finished tasks of `task_filter` with their events."""
+        return self._many("task_purge_many", dict(task_filter), limit, **batching)
+
+    def _many(self, name: str, params: dict, limit: int, *, batch_size: int = 500,
+              last: Callable[[Any, int], None] | None = None) -> int:
+        """Run a `*_many` statement in transactions of at most `batch_size` rows until `limit` rows
+        changed or a batch comes back short. `last(tx, total)` runs in the last batch's transaction,
+        `tx` its store (an audit row then commits with the batch that ends the action)."""
+        params = {**params, "ids": _id_list(params.get("ids"))}
+        total = 0
+        while True:
+            size = min(batch_size, limit - total)
+            with self.db.transaction() as tx:
+                changed = len(tx.fetch(name, {**params, "limit": size}))
+                total += changed
+                # short: nothing more matches, or the rest is locked right now (a repeat gets it)
+                done = changed < size or total >= limit
+                if done and last is not None:
+                    last(self._store_on(tx), total)
+            if done:
+                return total
+
+    # -- pauses
+    def pause_list(self) -> list[tuple[str, str, dt.datetime]]:
+        """[(scope, name, since)]."""
+        return self.db.fetch("pause_list", {})
+
+    def pause_set(self, scope: str, name: str) -> None:
+        with self.db.connection() as conn:
+            conn.execute(self.db.sql["pause_set"], {"scope": scope, "name": name})
+
+    def pause_clear(self, scope: str, name: str) -> None:
+        self.db.fetch("pause_clear", {"scope": scope, "name": name, "channel": self.db.channel})
+
+    # -- retention and the queue reads
+    def task_delete_finished(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
+        """One retention batch: finished tasks (and their events) older than the retention."""
+        return len(self.db.fetch("task_delete_finished", dict(state=state, older_than=older_than_seconds,
+                                                              limit=limit)))
+
+    def queue_task_counts(self) -> list[tuple[str, str, int]]:
+        """[(queue, state, tasks)]."""
+        return self.db.fetch("queue_task_counts", {})
+
+    def queue_claimable(self, paused_kinds: Sequence[str] = ()) -> list[tuple[str, int, float | None, bool]]:
+        """[(queue, claimable now, oldest claimable age s, paused)]; tasks of `paused_kinds` are
+        not claimable (queue_claimable_without_kinds)."""
+        if paused_kinds:
+            return self.db.fetch("queue_claimable_without_kinds", {"paused_kinds": list(paused_kinds)})
+        return self.db.fetch("queue_claimable", {})
+
+    def task_event_throughput(self, minutes: int) -> tuple[dt.datetime, list[tuple[str, dt.datetime, int, int]]]:
+        """(the window's first minute, [(queue, minute, completed, failed)]) over the last `minutes`
+        whole minutes, the current one included; minutes without an outcome have no row."""
+        with self.db.connection() as conn:
+            since = conn.execute(self.db.sql["task_event_throughput_since"], {"minutes": minutes}).fetchone()[0]
+            rows = conn.execute(self.db.sql["task_event_throughput"], {"since": since}).fetchall()
+        return since, rows
