@@ -19,7 +19,7 @@ from ..engine.registry import Registry
 from ..engine.store import Store
 from .handler_threads import HandlerThreads
 from .slots import Run, Slots
-from .store_errors import DB_ERRORS, short, translated
+from .store_errors import DB_ERRORS, short
 from .task_context import TaskContext
 
 log = logging.getLogger("skiplock.worker")
@@ -78,8 +78,8 @@ class Claimer:
         limit, announced = self.slots.claim_limit()
         if not limit:
             return Claimed(0, 0)
-        with translated:
-            tasks = self.store.claim(self.queues, limit, self.owner, self.lease_seconds, self._kind_max_attempts)
+        tasks = self.store.tasks.task_claim(self.queues, limit, self.owner, self.lease_seconds,
+                                            self._kind_max_attempts)
         runs = []
         waits: dict[str, list[float]] = {}
         get_definition, store = self.registry.get, self.store

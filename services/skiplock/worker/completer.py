@@ -113,8 +113,7 @@ class Completer:
         if not batch:
             return 0
         try:
-            with translated:
-                applied = self.store.settle([r.settlement for r in batch])
+            applied = self.store.tasks.task_settle([r.settlement for r in batch])
         except DataRefused:
             # one outcome the database refuses must not hold up the others
             self._settle_one_by_one(batch)
@@ -160,7 +159,7 @@ class Completer:
             return
         try:
             with translated:
-                applied = self.store.settle([outcome], conn=conn)
+                applied = self.store.tasks.task_settle([outcome], conn=conn)
                 if applied:
                     conn.commit()
                 else:
@@ -179,15 +178,13 @@ class Completer:
     def _settle_one_by_one(self, batch: list[Run]) -> None:
         for run in batch:
             try:
-                with translated:
-                    applied = self.store.settle([run.settlement])
+                applied = self.store.tasks.task_settle([run.settlement])
             except DataRefused as exc:
                 log.error("the database refused an outcome; failing the task",
                           extra={"task_id": str(run.task.id), "error": short(exc)})
                 run.settlement = settlement(run, "failed", error=f"outcome not storable: {short(exc)}")
                 try:
-                    with translated:
-                        applied = self.store.settle([run.settlement])
+                    applied = self.store.tasks.task_settle([run.settlement])
                 except DB_ERRORS as exc2:  # the lease will expire and a reclaim takes over
                     log.error("could not record the failure", extra={"task_id": str(run.task.id),
                                                                       "error": short(exc2)})

@@ -17,14 +17,14 @@ import time
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.store import Store
-from ..scheduler import maintenance
+from ..scheduler.maintenance import Reclaimer
 from .claimer import Claimer
 from .completer import Completer
 from .executor import retry_later
 from .handler_threads import HandlerThreads
 from .registration import Registration
 from .slots import Slots
-from .store_errors import DB_ERRORS, short, translated
+from .store_errors import DB_ERRORS, short
 
 log = logging.getLogger("skiplock.worker")
 
@@ -38,10 +38,8 @@ class Keeper:
         self.claimer, self.registration, self.stop = claimer, registration, stop
         self.lease_seconds, self.heartbeat_seconds = lease_seconds, heartbeat_seconds
         self.reclaim_seconds, self.stuck_grace_seconds = reclaim_seconds, stuck_grace_seconds
-        # the scheduler's reclaim service, run here as a fallback (its class is being renamed from
-        # Reaper to Reclaimer with the store's split; either name will do until that lands)
-        reclaimer = getattr(maintenance, "Reclaimer", None) or maintenance.Reaper
-        self._reclaim = reclaimer(store, metrics, max_reclaims)
+        # the scheduler's reclaim service, run here as a fallback for installations without one
+        self._reclaim = Reclaimer(store, metrics, max_reclaims)
         self.registering = False  # keep a registry row (run() does; a worker driven by hand does not)
         self.exit_code = 0
         self._stop = threading.Event()
@@ -93,8 +91,8 @@ class Keeper:
         if not runs:
             return 0
         try:
-            with translated:
-                held = self.store.heartbeat([(r.task.id, r.task.lease_token) for r in runs], self.lease_seconds)
+            held = self.store.tasks.task_heartbeat([(r.task.id, r.task.lease_token) for r in runs],
+                                                   self.lease_seconds)
         except DB_ERRORS as exc:
             self.claimer.db_ok = False
             log.warning("heartbeat failed", extra={"error": short(exc), "claims": len(runs)})
@@ -117,8 +115,7 @@ class Keeper:
     def register_once(self) -> bool:
         """Insert or renew this worker's registry row with its in-flight count."""
         try:
-            with translated:
-                self.registration.beat(self.slots.in_flight())
+            self.registration.beat(self.slots.in_flight())
             return True
         except DB_ERRORS as exc:
             log.warning("worker registry heartbeat failed", extra={"error": short(exc)})
@@ -126,8 +123,7 @@ class Keeper:
 
     def reclaim_once(self) -> int:
         """Expired leases back to their queues (the scheduler's reclaim); returns how many."""
-        with translated:
-            reclaimed = sum(self._reclaim.run_once().values())
+        reclaimed = sum(self._reclaim.run_once().values())
         self.slots.count("reclaimed", reclaimed)
         if reclaimed:
             self.slots.wake.set()

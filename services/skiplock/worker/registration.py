@@ -35,7 +35,7 @@ class Registration:
     def beat(self, in_flight: int) -> None:
         """Insert or renew the row with the in-flight count (one statement); raises on database
         trouble."""
-        inserted = self.store.register_worker(self.record._replace(in_flight=in_flight))
+        inserted = self.store.workers.worker_register(self.record._replace(in_flight=in_flight))
         if inserted and self.beats:
             # the maintenance deleted the row: this worker missed its beats for three leases
             log.warning("worker registered again after its row was removed", extra={"worker": self.record.id})
@@ -44,4 +44,4 @@ class Registration:
     def remove(self) -> None:
         """A clean exit: delete the row; raises on database trouble (the maintenance deletes it
         three leases later)."""
-        self.store.delete_worker(self.record.id)
+        self.store.workers.worker_delete(self.record.id)

@@ -10,13 +10,11 @@ roles that call it. Creating a Store opens nothing; `open()` starts the pools.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 
-from ..model import ClaimedTask, Settlement
 from .audit import AuditStore
 from .connection import Connection, Database, connect, translated_errors
 from .copy import COPY_THRESHOLD, copy_many
@@ -79,26 +77,3 @@ class Store:
     def ping(self, timeout: float | None = None) -> None:
         with self.connection(timeout) as conn:
             conn.execute("SELECT 1")
-
-    # ---- forwarding, kept only until the worker moves to the facade -------------------------
-    # The worker (services/skiplock/worker/) still calls the store by these old names. No other
-    # caller may use them; delete the block when the worker calls store.tasks and store.workers.
-
-    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
-              kind_max_attempts: Mapping[str, int] | None = None) -> list[ClaimedTask]:
-        return self.tasks.task_claim(queues, limit, owner, lease_seconds, kind_max_attempts)
-
-    def settle(self, settlements: Sequence[Settlement], conn: psycopg.Connection | None = None
-               ) -> dict[uuid.UUID, str]:
-        return self.tasks.task_settle(settlements, conn)
-
-    def heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
-        return self.tasks.task_heartbeat(leases, lease_seconds)
-
-    def register_worker(self, record: WorkerRecord) -> bool:
-        return self.workers.worker_register(record)
-
-    def delete_worker(self, worker_id: str) -> bool:
-        return self.workers.worker_delete(worker_id)
-
-    # ---- end of the forwarding block ----------------------------------------------------------

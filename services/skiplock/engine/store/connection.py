@@ -43,25 +43,41 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-@contextmanager
-def translated_errors():
+class _Translated:
     """Every psycopg error as a skiplock error (`raise ... from exc`, so the driver's stays the
-    cause): a database whose skiplock schema was never migrated; a lost or refused connection,
-    and every other operational error (a lock or statement timeout, a deadlock, a serialization
-    failure: try again); a value the database refuses; anything else (a bug of ours)."""
-    try:
-        yield
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
-        raise MigrationError(f"the skiplock schema is missing ({_first_line(exc)}): "
-                             "run `skiplock migrate`") from exc
-    except psycopg.errors.QueryCanceled as exc:  # statement_timeout (or an operator's pg_cancel_backend)
-        raise StatementTimeout(f"the database cancelled the statement: {_first_line(exc)}") from exc
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
-    except psycopg.DataError as exc:
-        raise DataRefused(_first_line(exc)) from exc
-    except psycopg.Error as exc:  # IntegrityError, ProgrammingError, InternalError, InterfaceError, ...
+    cause): a database whose skiplock schema was never migrated; a cancelled statement; a lost or
+    refused connection, and every other operational error (a lock timeout, a deadlock, a
+    serialization failure: try again); a value the database refuses; anything else (a bug of
+    ours). A class, not a generator: the worker enters it around every claim and settle, and one
+    shared instance costs no allocation."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, psycopg.Error):
+            return False
+        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+            raise MigrationError(f"the skiplock schema is missing ({_first_line(exc)}): "
+                                 "run `skiplock migrate`") from exc
+        if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout, or pg_cancel_backend
+            raise StatementTimeout(f"the database cancelled the statement: {_first_line(exc)}") from exc
+        if isinstance(exc, psycopg.OperationalError):
+            raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
+        if isinstance(exc, psycopg.DataError):
+            raise DataRefused(_first_line(exc)) from exc
+        # IntegrityError, ProgrammingError, InternalError, InterfaceError, ...
         raise DatabaseError(_first_line(exc)) from exc
+
+
+_TRANSLATED = _Translated()
+
+
+def translated_errors() -> _Translated:
+    """`with translated_errors():` turns a psycopg error raised inside into a skiplock error."""
+    return _TRANSLATED
 
 
 def use_generic_plans(conn: psycopg.Connection) -> None:

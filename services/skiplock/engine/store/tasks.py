@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ..errors import InvalidInput, TaskNotCancellable, TaskNotFound, TaskNotResumable
+from ..errors import TaskNotCancellable, TaskNotFound, TaskNotResumable
 from ..model import ClaimedTask, Settlement, Task, TaskEvent, TaskSpec, uuid7
 from .. import queries
 from .connection import Database, jsonb, translated_errors
