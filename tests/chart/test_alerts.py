@@ -1,8 +1,10 @@
 """The PrometheusRule's rules pass `promtool check rules`, and `promtool test rules` proves each
-alert fires when it should and stays quiet when it should (tests/chart/alerts_test.yaml)."""
+alert fires when it should and stays quiet when it should (tests/chart/alerts_test.yaml). Each
+alert's runbook_url leads to its section of docs/OPERATIONS.md."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,3 +63,31 @@ def test_a_wrong_expectation_fails(tmp_path):
     done = subprocess.run([promtool(), "test", "rules", "alerts_test.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
+
+
+def _runbook_urls(**rule_values) -> dict[str, str | None]:
+    values = {"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
+              "api": {"auth": {"existingSecret": "t"}},
+              "metrics": {"prometheusRule": {"enabled": True, **rule_values}}}
+    (rule,) = r.kind(r.objects(r.render(values)), "PrometheusRule")
+    return {x["alert"]: x["annotations"].get("runbook_url") for g in rule["spec"]["groups"] for x in g["rules"]}
+
+
+def test_every_alert_links_its_runbook_section():
+    """Each alert's runbook_url is the runbook base and the anchor of the alert's own section of
+    docs/OPERATIONS.md (a `### <alert name>` heading: what it means, what to check, what to do)."""
+    from markdown.extensions.toc import slugify
+
+    runbook = (HERE.parents[1] / "docs" / "OPERATIONS.md").read_text()
+    anchors = {slugify(h, "-") for h in re.findall(r"(?m)^#+ (.+)$", runbook)}
+    urls = _runbook_urls()
+    assert set(urls) == ALERTS
+    for alert, url in urls.items():
+        base, anchor = url.split("#")
+        assert base == "docs/OPERATIONS.md" and anchor == alert.lower(), url
+        assert anchor in anchors, f"docs/OPERATIONS.md has no section for {alert}"
+        section = runbook.split(f"### {alert}\n", 1)[1].split("\n### ", 1)[0]
+        assert "What it means" in section and "What to check" in section and "what to do" in section.lower()
+    site = "https://docs.example/skiplock/OPERATIONS/"
+    assert _runbook_urls(runbookBaseUrl=site)["SkiplockQueueStalled"] == site + "#skiplockqueuestalled"
+    assert set(_runbook_urls(runbookBaseUrl="").values()) == {None}
