@@ -129,6 +129,35 @@ def test_schedules_pause_resume_delete_from_the_command_line(db_url, db, tmp_pat
     assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone() == (0,)
 
 
+def test_schedules_fire_now_and_its_decisions_from_the_command_line(db_url, db, tmp_path):
+    path = tmp_path / "schedules.yaml"
+    path.write_text("schedules:\n  - {name: hourly, kind: reports.hourly, interval_seconds: 3600, queue: reports}\n")
+    assert skiplock("schedules", "apply", "-f", str(path), url=db_url).returncode == 0
+    first = skiplock("schedules", "fire", "hourly", url=db_url)
+    assert first.returncode == 0, first.stderr
+    fired = re.fullmatch(r"fired: hourly at (\S+Z), task ([0-9a-f-]{36})\n", first.stdout)
+    assert fired, first.stdout
+    # the same tick again: the same task, nothing new
+    again = skiplock("schedules", "fire", "hourly", url=db_url)
+    assert again.stdout == f"already fired in this tick: hourly at {fired[1]}, task {fired[2]}\n"
+    assert db.execute("SELECT id::text, kind, queue FROM skiplock.tasks").fetchall() == [
+        (fired[2], "reports.hourly", "reports")]
+    decisions = skiplock("schedules", "fires", "hourly", url=db_url).stdout.splitlines()
+    assert decisions[0].split() == ["NOMINAL", "(UTC)", "OUTCOME", "LAG", "(S)", "TASK", "DETAIL"]
+    assert len(decisions) == 2
+    day, time_of_day, outcome, lag, task, *detail = decisions[1].split()
+    assert (f"{day}T{time_of_day}", outcome, task) == (fired[1][:19], "fired", fired[2])
+    assert float(lag) >= 0 and " ".join(detail).startswith("fired now by cli:")
+    missing = skiplock("schedules", "fire", "nope", url=db_url)
+    assert (missing.returncode, missing.stderr) == (1, "skiplock schedules: schedule 'nope' not found\n")
+    bad = skiplock("schedules", "fires", "hourly", "--limit", "0", url=db_url)
+    assert (bad.returncode, bad.stderr) == (1, "skiplock schedules: --limit 0: must be 1-1000\n")
+    audit = db.execute("SELECT actor LIKE 'cli:%', action, target, outcome, detail->>'created' "
+                       "FROM skiplock.audit_log ORDER BY id").fetchall()
+    assert audit == [(True, "schedule.fire", "hourly", "ok", "true"), (True, "schedule.fire", "hourly", "ok", "false"),
+                     (True, "schedule.fire", "nope", "schedule.not_found", None)]
+
+
 def test_schedules_apply_refuses_a_payload_over_the_enqueue_limit(db_url, db, tmp_path):
     path = tmp_path / "schedules.yaml"
     path.write_text("schedules:\n  - {name: big, kind: k, interval_seconds: 60, payload: {blob: '" + "x" * 200 + "'}}\n")
