@@ -40,5 +40,11 @@ bench: $(DEV_STAMP)
 	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
 	$(PY) -m tests.benchmarks.run
 
+## docs: rewrite the generated tables (scripts/gen_docs.py), then build the docs site into site/
+.PHONY: docs
+docs: $(TEST_STAMP)
+	$(PY) scripts/gen_docs.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .skiplock .pytest_cache
+	rm -rf $(VENV) .skiplock .pytest_cache site
