@@ -629,3 +629,70 @@ def test_pod_deletion_cost_off_renders_no_rbac_and_mounts_no_token():
         assert worker["automountServiceAccountToken"] is False
         env = r.env_of(worker["containers"][0])
         assert not {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME", "SKIPLOCK_POD_NAMESPACE"} & set(env)
+
+# ---- guards around exposure and egress ------------------------------------------------------------
+
+INSECURE_INGRESS = {"api": {"auth": {"enabled": False}, "ingress": {"enabled": True}}}
+
+
+def test_auth_off_behind_an_ingress_fails_the_render_in_one_line():
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError) as info:
+        r.render(_merge(GOOD, INSECURE_INGRESS))
+    message = str(info.value)
+    assert "api.auth.enabled=false with api.ingress.enabled=true" in message and "api.auth.allowInsecure=true" in message
+    line = next(line for line in message.splitlines() if "api.auth.allowInsecure" in line)
+    assert "api.auth.enabled=false" in line
+
+
+def test_auth_off_behind_an_ingress_renders_when_allowed_and_warns():
+    rendered = r.render(_merge(GOOD, _merge(INSECURE_INGRESS, {"api": {"auth": {"allowInsecure": True}}})))
+    assert any(o["kind"] == "Ingress" for o in r.objects(rendered))
+    assert "whoever reaches\nthe Ingress is admin" in rendered["skiplock/templates/NOTES.txt"]
+    # auth off without an Ingress (a port-forward) stays a plain render
+    r.render(_merge(GOOD, {"api": {"auth": {"enabled": False}}}))
+
+
+def test_an_ingress_without_tls_warns_in_the_notes():
+    notes = r.render(_merge(GOOD, {"api": {"ingress": {"enabled": True}}}))["skiplock/templates/NOTES.txt"]
+    assert "WARNING: the Ingress skiplock-api has no TLS" in notes
+    with_tls = {"api": {"ingress": {"enabled": True, "tls": [{"secretName": "api-tls",
+                                                               "hosts": ["skiplock.example.com"]}]}}}
+    assert "has no TLS" not in r.render(_merge(GOOD, with_tls))["skiplock/templates/NOTES.txt"]
+    assert "has no TLS" not in r.render(GOOD)["skiplock/templates/NOTES.txt"]
+
+
+def _dispatcher_egress(values: dict) -> list[dict]:
+    (policy,) = [o for o in r.objects(r.render(values))
+                 if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "skiplock-dispatcher"]
+    return policy["spec"]["egress"]
+
+
+def test_dispatcher_egress_admits_allowed_networks_web_ports_and_public_ipv6():
+    values = _merge(GOOD, {"networkPolicy": {"enabled": True},
+                           "dispatcher": {"webhook": {"allowedNetworks": ["10.20.0.0/16", "fd00:1::/64"],
+                                                      "allowedPorts": "443,8443"}}})
+    egress = _dispatcher_egress(values)
+    by_cidr = {rule["to"][0]["ipBlock"]["cidr"]: rule for rule in egress if "ipBlock" in rule["to"][0]}
+    for cidr in ("10.20.0.0/16", "fd00:1::/64"):
+        ports = {(p["port"], p.get("endPort")) for p in by_cidr[cidr]["ports"]}
+        assert ports == {(80, None), (443, None), (1024, 65535)}
+        assert "except" not in by_cidr[cidr]["to"][0]["ipBlock"]
+    assert {p["port"] for p in by_cidr["0.0.0.0/0"]["ports"]} == {80, 443}
+    assert "10.0.0.0/8" in by_cidr["0.0.0.0/0"]["to"][0]["ipBlock"]["except"]
+    assert {p["port"] for p in by_cidr["2000::/3"]["ports"]} == {80, 443}
+    assert "2002::/16" in by_cidr["2000::/3"]["to"][0]["ipBlock"]["except"]
+    env = {}
+    for o in r.objects(r.render(values)):
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "skiplock-dispatcher":
+            env = {e["name"]: e.get("value") for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SKIPLOCK_WEBHOOK_ALLOWED_PORTS"] == "443,8443"
+    assert env["SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS"] == "10.20.0.0/16,fd00:1::/64"
+
+
+def test_bad_allowed_ports_are_refused_by_the_schema():
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError):
+        r.render(_merge(GOOD, {"dispatcher": {"webhook": {"allowedPorts": "http"}}}))

@@ -161,6 +161,9 @@ have no cluster to look in and make a new one each time. */}}
 {{- if and $v.metrics.serviceMonitor.enabled $v.metrics.podMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one (both would scrape every pod twice and double every rate)" }}
 {{- end }}
+{{- if and $v.api.enabled $v.api.ingress.enabled (not $v.api.auth.enabled) (not $v.api.auth.allowInsecure) }}
+{{- fail "api.auth.enabled=false with api.ingress.enabled=true serves every request as admin behind the Ingress: enable auth, or set api.auth.allowInsecure=true if that is meant" }}
+{{- end }}
 {{- if and $v.worker.autoscaling.enabled $v.worker.keda.enabled }}
 {{- fail "worker.autoscaling.enabled and worker.keda.enabled: choose one (KEDA makes its own HPA)" }}
 {{- end }}

@@ -78,7 +78,8 @@ def expand(statements: dict[str, str]) -> dict[str, str]:
 class Statements(Mapping[str, str]):
     """The statements of one schema. Each is minified, pointed at the schema and given its
     fragments when first used: a process uses a few of them (an enqueuer one or two), and
-    preparing all of them up front took about 3 ms of every process's start."""
+    preparing all of them up front would slow every process's start (tests/benchmarks/RESULTS.md,
+    notes moved from code comments)."""
 
     def __init__(self, raw: dict[str, str], schema: str):
         self._raw, self._schema = raw, schema
