@@ -217,7 +217,7 @@ def _webhooks(args, settings: Settings) -> int:
     if args.command == "webhooks" and args.action == "add":
         events = check_event_types(args.events)
         secret = check_secret(args.secret) if args.secret else generate_secret()
-        AddressGuard(settings.webhook_allowed_networks).resolve(args.url)
+        AddressGuard.from_settings(settings).resolve(args.url)
     if args.command == "deliveries" and args.action == "list" and not 1 <= args.limit <= 1000:
         raise InvalidInput(f"--limit {args.limit}: must be 1-1000")
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)

@@ -26,7 +26,7 @@ from .engine.store import Connection
 
 def _schema(schema: str | None) -> str:
     schema = schema or os.environ.get("SKIPLOCK_DB_SCHEMA") or "skiplock"
-    if not SCHEMA_RE.match(schema):
+    if not SCHEMA_RE.fullmatch(schema):
         raise InvalidInput(f"invalid schema name {schema!r}")
     return schema
 

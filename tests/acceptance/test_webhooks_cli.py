@@ -44,7 +44,7 @@ def test_add_refuses_bad_and_internal_urls(db_url, db, url, fragment):
     (("--secret", "whsec_c2hvcnQ="), "the key is 5 bytes"),
 ])
 def test_add_refuses_bad_events_and_secrets(db_url, db, args, fragment):
-    done = skiplock("webhooks", "add", "http://127.0.0.1:9/hook", *args, url=db_url, **LOCAL)
+    done = skiplock("webhooks", "add", "http://127.0.0.1:9999/hook", *args, url=db_url, **LOCAL)
     assert fragment in one_error_line(done)
     assert scalar(db, "SELECT count(*) FROM skiplock.webhook_endpoints") == 0
 

@@ -10,7 +10,8 @@ eight kinds, mostly completed; their events; a few schedules, webhooks, deliveri
 workers), runs VACUUM ANALYZE (what autovacuum does to a table that size soon after a bulk load),
 then serves the real API app (`create_app`) with Werkzeug's threaded WSGI server on 127.0.0.1,
 signs in to the console with a token and requests each page --runs times, printing page, p50,
-p95 and max in ms. --explain also prints EXPLAIN (ANALYZE, BUFFERS) of the task listings.
+p95 and max in ms (also GET /v1/queues and GET /v1/tasks with a filter that matches nothing).
+--explain also prints EXPLAIN (ANALYZE, BUFFERS) of the task listings and of queue_task_counts.
 
 A report: nothing here asserts a timing. Results go to tests/benchmarks/RESULTS.md.
 """
@@ -148,6 +149,7 @@ def pages(url: str) -> list[tuple[str, str]]:
         ("tasks state=running", "/ui/tasks?" + q({"state": "running"})),
         ("tasks kind=kind.3", "/ui/tasks?" + q({"kind": "kind.3"})),
         ("tasks kind=audit.rare (0.1%)", "/ui/tasks?" + q({"kind": "audit.rare"})),
+        ("tasks kind= a kind with no tasks", "/ui/tasks?" + q({"kind": "no-such-kind"})),
         ("tasks queue+state=failed", "/ui/tasks?" + q({"queue": "emails", "state": "failed"})),
         ("tasks created 1 h, 20 days ago", "/ui/tasks?" + q({"created_after": lo.isoformat(),
                                                               "created_before": hi.isoformat()})),
@@ -163,6 +165,8 @@ def pages(url: str) -> list[tuple[str, str]]:
         ("deliveries", "/ui/deliveries"),
         ("deliveries state=dead", "/ui/deliveries?" + q({"state": "dead"})),
         ("workers", "/ui/workers"),
+        ("API GET /v1/queues", "/v1/queues"),
+        ("API GET /v1/tasks?queue= a queue with no tasks", "/v1/tasks?" + q({"queue": "no-such-queue"})),
     ]
 
 
@@ -172,6 +176,7 @@ def sign_in(base: str) -> urllib.request.OpenerDirector:
     csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
     body = urllib.parse.urlencode({"token": TOKEN, "csrf": csrf}).encode()
     opener.open(base + "/ui/login", data=body).read()
+    opener.addheaders.append(("Authorization", f"Bearer {TOKEN}"))  # the API's /v1/ pages
     return opener
 
 
@@ -195,18 +200,22 @@ def p95(values: list[float]) -> float:
 def explain(url: str, table: list[tuple[str, str]]) -> None:
     """EXPLAIN (ANALYZE, BUFFERS) of the task list statement for each /ui/tasks filter."""
     from skiplock.engine import queries
-    statement = queries.load("skiplock")["task_list"]
+    statements = queries.load("skiplock")
+    statement = statements["task_list"]
     empty = dict.fromkeys(("ids", "queue", "state", "kind", "idempotency_key", "created_after",
                            "created_before", "cursor"))
     with psycopg.connect(url, autocommit=True) as conn:
         for label, path in table:
-            if not path.startswith("/ui/tasks?"):
+            if not path.startswith(("/ui/tasks?", "/v1/tasks?")):
                 continue
             params = {**empty, "limit": 51}
             for key, value in urllib.parse.parse_qsl(path.split("?", 1)[1]):
                 params["ids" if key == "id" else key] = [value] if key == "id" else value
             plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params).fetchall()
             print(f"\n### {label}\n" + "\n".join(row[0] for row in plan))
+        # GET /v1/queues: the counts are its expensive part
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statements["queue_task_counts"]).fetchall()
+        print("\n### queue_task_counts (GET /v1/queues, the overview)\n" + "\n".join(row[0] for row in plan))
 
 
 def main() -> None:

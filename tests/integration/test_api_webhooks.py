@@ -39,7 +39,7 @@ def receiver():
     server.stop()
 
 
-def register(api, url="http://127.0.0.1:9/hook", **fields) -> dict:
+def register(api, url="http://127.0.0.1:9999/hook", **fields) -> dict:
     r = api.post("/v1/webhooks", json={"url": url, **fields})
     assert r.status_code == 201, r.get_json()
     return r.get_json()
@@ -98,8 +98,8 @@ def test_register_shows_the_secret_once_and_sends_nothing(api, db, receiver):
 
 
 def test_register_with_a_host_name_of_the_allow_list(api, db):
-    created = register(api, "http://localhost:9/hook", events=["task.completed"])
-    assert created["url"] == "http://localhost:9/hook"
+    created = register(api, "http://localhost:9999/hook", events=["task.completed"])
+    assert created["url"] == "http://localhost:9999/hook"
     assert count(db, "SELECT count(*) FROM skiplock.webhook_endpoints") == 1
 
 
@@ -107,7 +107,7 @@ def test_register_with_a_host_name_of_the_allow_list(api, db):
     ("http://10.0.0.1/hook", "10.0.0.1"),
     ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
     ("http://[::1]:8080/hook", "::1"),
-    ("http://127.0.0.1:9/hook", "127.0.0.1"),
+    ("http://127.0.0.1:9999/hook", "127.0.0.1"),
     ("https://localhost/hook", "127.0.0.1"),
     ("http://192.168.1.10/", "192.168.1.10"),
     ("http://[::ffff:10.1.2.3]/", "10.1.2.3"),
@@ -239,7 +239,7 @@ def test_every_route_is_admin_only_and_refusals_change_nothing(api, db, store):
                                              "WHERE event_type = 'task.completed'").fetchall()]
     db.execute("UPDATE skiplock.webhook_deliveries SET state = 'dead', attempts = 8 WHERE id = %s", (delivery_id,))
     hook = f"/v1/webhooks/{created['id']}"
-    routes = [("GET", "/v1/webhooks", None), ("POST", "/v1/webhooks", {"url": "http://127.0.0.1:9/x"}),
+    routes = [("GET", "/v1/webhooks", None), ("POST", "/v1/webhooks", {"url": "http://127.0.0.1:9999/x"}),
               ("GET", hook, None), ("DELETE", hook, None), ("POST", f"{hook}/rotate-secret", None),
               ("POST", f"{hook}/enable", None), ("POST", f"{hook}/disable", {"reason": "r"}),
               ("POST", f"{hook}/redeliver", None), ("GET", "/v1/deliveries", None),
@@ -276,7 +276,7 @@ def test_auth_header_is_checked_before_anything_else(api):
 
 def test_deliveries_from_real_transitions_filtered_and_paged(api, db, store):
     everything = register(api, events=["task.*"])
-    completed_only = register(api, "http://127.0.0.1:9/done", events=["task.completed"])
+    completed_only = register(api, "http://127.0.0.1:9999/done", events=["task.completed"])
     done = run_task(api, store, "completed")
     failed = run_task(api, store, "failed")
 
@@ -338,7 +338,7 @@ def test_deliveries_from_real_transitions_filtered_and_paged(api, db, store):
 
 def test_redeliver_dead_deliveries(api, db, store):
     endpoint = register(api, events=["task.completed", "task.failed"])
-    other = register(api, "http://127.0.0.1:9/other", events=["task.completed"])
+    other = register(api, "http://127.0.0.1:9999/other", events=["task.completed"])
     run_task(api, store, "completed")
     run_task(api, store, "failed")
     rows = {(str(r[1]), r[2]): str(r[0]) for r in db.execute(
@@ -389,7 +389,7 @@ def test_redeliver_dead_deliveries(api, db, store):
 
 def test_deleting_an_endpoint_deletes_its_deliveries(api, db, store):
     keep = register(api)
-    gone = register(api, "http://127.0.0.1:9/gone")
+    gone = register(api, "http://127.0.0.1:9999/gone")
     api.post("/v1/tasks", json={"kind": "k"})
     assert count(db, "SELECT count(*) FROM skiplock.webhook_deliveries") == 2
     assert api.request("DELETE", f"/v1/webhooks/{gone['id']}").status_code == 204

@@ -23,6 +23,7 @@ from ..engine.errors import (DatabaseUnavailable, Forbidden, InvalidInput, Metho
 from ..engine.model import uuid7
 from ..engine.settings import Settings
 from ..engine.store import Store
+from . import refusals
 from .audit import record_refusal
 from .auth import Authenticator
 from .console import mount_console
@@ -38,7 +39,7 @@ log = logging.getLogger("skiplock.api")
 RESOURCES = ("index", "health", "openapi", "tasks", "queues", "schedules", "webhooks", "deliveries", "audit",
              "workers")
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask:
@@ -50,8 +51,11 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     app.config.update(PROVIDE_AUTOMATIC_OPTIONS=False)  # no OPTIONS: routes declare their methods
     for name in RESOURCES:
         app.register_blueprint(importlib.import_module(f"{__package__}.{name}").bp)
-    store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api").open()
-    app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics())
+    # every statement of the API's pool, its reads above all, is cut at the statement timeout (503)
+    store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
+                  statement_timeout=settings.api_statement_timeout_seconds).open()
+    app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics(),
+                                     trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies))
     app.before_request(_prepare)
     app.after_request(_finish)
     app.register_error_handler(SkiplockError, _skiplock_error)
@@ -69,7 +73,7 @@ def close_app(app: Flask) -> None:
 def _prepare() -> None:
     g.started = time.perf_counter()
     supplied = request.headers.get("X-Request-Id", "")
-    g.request_id = supplied if _REQUEST_ID.match(supplied) else uuid7().hex
+    g.request_id = supplied if _REQUEST_ID.fullmatch(supplied) else uuid7().hex
     g.principal = None
     view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
     op = g.operation = getattr(view, "operation", None)
@@ -103,8 +107,12 @@ def _prepare() -> None:
             g.body = op.body.parse(value, "")
 
 
+def _route() -> str:
+    return request.url_rule.rule if request.url_rule is not None else "unmatched"
+
+
 def _finish(response: Response) -> Response:
-    route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    route = _route()
     elapsed = time.perf_counter() - g.get("started", time.perf_counter())
     api().metrics.observe(request.method, route, response.status_code, elapsed)
     response.headers["X-Request-Id"] = g.get("request_id", "")
@@ -114,8 +122,7 @@ def _finish(response: Response) -> Response:
 def _skiplock_error(exc: SkiplockError) -> Response:
     headers = {}
     if isinstance(exc, (Unauthorized, Forbidden)):
-        log.warning("request refused", extra={"code": exc.code, "method": request.method, "path": request.path,
-                                              "request_id": g.get("request_id")})
+        refusals.report(log, "request refused", exc, _route())
         if isinstance(exc, Unauthorized):
             headers["WWW-Authenticate"] = 'Bearer realm="skiplock"'
     elif exc.status >= 500:

@@ -66,6 +66,20 @@ def audited(target: str | None = None) -> Iterator[tuple[Store, Draft]]:
     draft.written = True
 
 
+TARGET_CHARS = 200
+MESSAGE_CHARS = 500
+
+
+def recordable(text: str, limit: int) -> str:
+    """`text` as Postgres text and jsonb can hold it, at most `limit` characters: NUL and lone
+    UTF-16 surrogates (which neither can store) are escaped, not dropped, so the row still shows
+    what was sent."""
+    text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def record_refusal(exc: SkiplockError) -> None:
     """After a mutating request failed with a 4xx: its row, outcome = the error code."""
     if not 400 <= exc.status < 500 or exc.status in (401, 403):
@@ -73,12 +87,15 @@ def record_refusal(exc: SkiplockError) -> None:
     draft = current_draft()
     if draft is None or draft.written:
         return
+    # a refusal's target and message echo the request: made storable here, so that no input
+    # can make its row fail (and the refusal become a 500)
+    draft.target = None if draft.target is None else recordable(draft.target, TARGET_CHARS)
+    message = recordable(" ".join(str(exc).split()), MESSAGE_CHARS)
     try:
         api().store.audit.audit_insert(actor=g.principal.name, action=draft.action, target=draft.target,
-                                       request_id=g.request_id, outcome=exc.code,
-                                       detail={"message": " ".join(str(exc).split())[:500]})
+                                       request_id=g.request_id, outcome=exc.code, detail={"message": message})
         draft.written = True
-    except SkiplockError as audit_exc:  # the refusal still goes back to the client
+    except Exception as audit_exc:  # noqa: BLE001 - the refusal still goes back to the client
         log.error("audit row of a refused request not written",
                   extra={"action": draft.action, "request_id": g.request_id, "error": str(audit_exc)})
 

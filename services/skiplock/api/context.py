@@ -22,6 +22,8 @@ class ApiContext:
     store: Store
     auth: Authenticator
     metrics: ApiMetrics
+    # SKIPLOCK_API_TRUSTED_PROXIES, parsed: whose X-Forwarded-For names the client (refusals.py)
+    trusted_proxies: tuple = ()
     migrated: bool = False  # /readyz saw no pending migration once; files do not change under a process
 
 

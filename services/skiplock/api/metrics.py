@@ -1,4 +1,5 @@
-"""The API's Prometheus metrics: requests by route template, method and status, and their latency.
+"""The API's Prometheus metrics: requests by route template, method and status, and their latency;
+refused authentications and authorisations by token name and route.
 
 Under gunicorn every worker is a process of its own, so `skiplock api` sets
 PROMETHEUS_MULTIPROC_DIR (a fresh directory) before prometheus_client is imported: each worker's
@@ -31,6 +32,10 @@ class ApiMetrics:
         self.latency = Histogram("skiplock_api_request_duration_seconds",
                                  "Time from the request's arrival to its response, by route and status.",
                                  ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=r)
+        # token: a configured token's name, or "unknown" for a 401; route: the template
+        self.auth_refusals = Counter("skiplock_api_auth_refusals_total",
+                                     "Requests refused 401 (no or unknown token) or 403 (role too weak), by token "
+                                     "name, route template and status.", ["token", "route", "status"], registry=r)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         labels = (method, route, str(status))

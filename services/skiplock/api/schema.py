@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import math
 import re
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -109,7 +110,8 @@ class String(Field):
         if len(value) < self.min_length or (self.max_length is not None and len(value) > self.max_length):
             limit = f"{self.min_length}-{self.max_length}" if self.max_length is not None else f">= {self.min_length}"
             raise InvalidInput(f"{path}: must be {limit} characters long (got {len(value)})")
-        if self._regex is not None and not self._regex.match(value):
+        # the whole value: `$` alone would admit a trailing newline ("q1\n")
+        if self._regex is not None and not self._regex.fullmatch(value):
             raise InvalidInput(f"{path} {_describe(value)}: {self.pattern_help()}")
         return value
 
@@ -179,7 +181,7 @@ class DateTime(String):
 
 class Integer(Field):
     json_type = "integer"
-    _TEXT = re.compile(r"^[+-]?\d{1,20}$")
+    _TEXT = re.compile(r"[+-]?[0-9]{1,20}")
 
     def __init__(self, description: str = "", *, minimum: int | None = None, maximum: int | None = None, **kwargs):
         super().__init__(description, **kwargs)
@@ -200,7 +202,7 @@ class Integer(Field):
         return f">= {self.minimum}" if self.minimum is not None else f"<= {self.maximum}"
 
     def from_text(self, text: str, path: str) -> int:
-        if not self._TEXT.match(text):
+        if not self._TEXT.fullmatch(text):
             raise InvalidInput(f"{path} {_describe(text)}: must be an integer")
         return self.parse(int(text), path)
 
@@ -374,6 +376,8 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidInput(f"body: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise InvalidInput(f"body: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # Python refuses to convert integer literals this long (CVE-2020-10735)
+        raise InvalidInput(f"body: an integer literal has more than {sys.get_int_max_str_digits()} digits") from None
     _check_depth_and_text(value)
     return value
 

@@ -15,6 +15,7 @@ from gunicorn.util import parse_address
 from ..engine.errors import ConfigError
 from ..engine.metrics import listen_failure
 from ..engine.settings import Settings
+from .gunicorn_classes import ApiLogger, JsonErrorThreadWorker
 
 
 def _worker_exit(server, worker) -> None:
@@ -55,7 +56,9 @@ class ApiServer(BaseApplication):
     def __init__(self, settings: Settings, *, bind: str, workers: int, threads: int):
         self.settings = settings
         self.options = dict(
-            bind=[bind], workers=workers, worker_class="gthread", threads=threads,
+            # gthread, its own refusals in the API's JSON shape; its log lines through ours
+            bind=[bind], workers=workers, worker_class=JsonErrorThreadWorker, threads=threads,
+            logger_class=ApiLogger,
             # whole seconds for gunicorn; rounded down, so still below the pod's grace
             graceful_timeout=max(1, int(settings.shutdown_grace_seconds)), timeout=60, keepalive=5,
             accesslog=None, errorlog="-", loglevel=settings.log_level.lower(), proc_name="skiplock-api",

@@ -85,7 +85,7 @@ def create_webhook():
     body = g.body
     events = check_event_types(body["events"])
     secret = check_secret(body["secret"]) if body.get("secret") is not None else generate_secret()
-    AddressGuard(api().settings.webhook_allowed_networks).resolve(body["url"])  # refused: 400, no row
+    AddressGuard.from_settings(api().settings).resolve(body["url"])  # refused: 400, no row
     with audited() as (tx, draft):
         endpoint = tx.webhooks.webhook_endpoint_insert(body["url"], events, secret, body.get("description"))
         draft.target = str(endpoint.id)

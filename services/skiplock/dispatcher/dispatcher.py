@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
@@ -30,12 +31,15 @@ from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.settings import Settings
 from ..engine.store import Delivery, Store
-from ..engine.webhooks import AddressGuard, sign
+from ..engine.webhooks import SECRET_PREFIX, AddressGuard, Target, redacted, sign
 
 log = logging.getLogger("skiplock.dispatcher")
 
-# the part of a failing receiver's body kept in last_error
+# what of a failing receiver's body is read, and the excerpt of it kept in last_error (shown to
+# admins): short, printable, one line; a receiver on an allowed network must not be able to
+# hand back a page of an internal service through it
 ERROR_BODY_BYTES = 512
+ERROR_EXCERPT_CHARS = 128
 MAX_BACKOFF = 10.0
 USER_AGENT = "skiplock-webhooks/1"
 
@@ -64,6 +68,28 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if when is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def error_excerpt(body: bytes | str) -> str:
+    """At most ERROR_EXCERPT_CHARS printable characters of a receiver's error body: control
+    characters (newlines, escapes a terminal would obey) become spaces, runs of space one."""
+    text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return text if len(text) <= ERROR_EXCERPT_CHARS else text[:ERROR_EXCERPT_CHARS - 3] + "..."
+
+
+def without_secrets(text: str, d: Delivery, target: Target | None = None) -> str:
+    """`text` (an httpx error, a receiver's body) without the delivery's URL, the values of its
+    query string and userinfo, or its signing secret, should it quote them: they go to
+    last_error and to the log."""
+    for full in filter(None, (target.connect_url if target else None, d.url)):
+        text = text.replace(full, redacted(full))
+    parts = urlsplit(d.url)
+    values = [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
+    values += [parts.password or "", d.secret, d.secret.removeprefix(SECRET_PREFIX)]
+    for value in sorted(filter(lambda v: len(v) >= 4, values), key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
 
 
 def decide(attempt: Attempt, attempt_number: int, settings: Settings) -> tuple[str, float | None]:
@@ -109,7 +135,7 @@ class Sender:
         started = time.monotonic()
         try:
             target = self.guard.resolve(d.url)  # checked again at every attempt: DNS may have changed
-        except InvalidInput as exc:
+        except InvalidInput as exc:  # its message shows the URL redacted
             return Attempt(error=str(exc), seconds=time.monotonic() - started)
         body = json.dumps(d.payload, separators=(",", ":"), sort_keys=True).encode()
         timestamp = int(time.time())
@@ -167,17 +193,17 @@ class Sender:
             if cut.is_set():
                 error = f"timed out after {self.total:g}s (SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS)"
             else:
-                error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+                error = f"{type(exc).__name__}: {without_secrets(str(exc), d, target)}"[:500]
             return Attempt(error=error, seconds=time.monotonic() - started)
         finally:
             watchdog.cancel()
         status = response.status_code
         error = None
         if not 200 <= status < 300:
-            text = snippet[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
+            text = error_excerpt(without_secrets(snippet[:ERROR_BODY_BYTES].decode("utf-8", "replace"), d))
             error = f"HTTP {status}" + (f": {text}" if text else "")
             if 300 <= status < 400:
-                error += f" (redirect to {response.headers.get('location', '?')} not followed)"
+                error += f" (redirect to {redacted(response.headers.get('location', '?'))} not followed)"
         return Attempt(status=status, error=error, retry_after=parse_retry_after(response.headers.get("retry-after")),
                        seconds=time.monotonic() - started)
 
@@ -188,8 +214,7 @@ class Dispatcher:
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        guard = AddressGuard(settings.webhook_allowed_networks,
-                             resolve_timeout=min(5.0, settings.webhook_timeout_seconds))
+        guard = AddressGuard.from_settings(settings, resolve_timeout=min(5.0, settings.webhook_timeout_seconds))
         self.sender = Sender(settings, guard)
         self.pool = ThreadPoolExecutor(settings.webhook_concurrency, thread_name_prefix="webhook")
         self.counts = {"delivered": 0, "retry": 0, "dead": 0, "gone": 0, "released": 0, "stale": 0}
@@ -334,6 +359,6 @@ class Dispatcher:
                 self.store.webhooks.webhook_endpoint_set_enabled(
                     d.endpoint_id, False, reason=f"receiver answered 410 Gone to delivery {d.id}")
                 log.warning("endpoint disabled: the receiver answered 410 Gone",
-                            extra={"endpoint_id": str(d.endpoint_id), "url": d.url})
+                            extra={"endpoint_id": str(d.endpoint_id), "url": redacted(d.url)})
             except Exception as exc:  # already removed by an operator; nothing to disable
                 log.info("could not disable endpoint", extra={"endpoint_id": str(d.endpoint_id), "error": str(exc)})

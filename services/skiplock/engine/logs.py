@@ -3,6 +3,9 @@
 Extra fields passed with `extra={...}` appear as keys of the JSON object (text: `key=value` after
 the message). While a handler runs, every record logged in its thread or asyncio task, by any
 logger, carries the task's `task_id`, `kind`, `queue` and `attempt` (see current_task).
+
+No line shows a URL's userinfo or query string, or a libpq `password=`, whoever logged it: libpq
+URLs carry passwords and webhook URLs access tokens (`scrub`, applied to every formatted line).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 import time
 
@@ -29,6 +33,25 @@ def log_task_failed(logger: logging.Logger, *, task_id, kind: str, queue: str, a
     text = (error or "").replace("\r", "\\r").replace("\n", "\\n")
     logger.error("task failed", extra={"task_id": str(task_id), "kind": kind, "queue": queue,
                                        "attempts": attempts, "error": text})
+
+
+_URL = re.compile(r"""(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#@"'<>\\]*@)?"""
+                  r"""(?P<rest>[^\s?#"'<>\\]*)(?P<query>\?[^\s#"'<>\\]*)?""")
+_PASSWORD = re.compile(r"(?i)\b(password|passwd)(\s*=\s*)('[^']*'|[^\s'\",;&]+)")
+
+
+def _scrub_url(match: re.Match) -> str:
+    return (match["scheme"] + ("***@" if match["userinfo"] else "") + match["rest"]
+            + ("?..." if match["query"] else ""))
+
+
+def scrub(text: str) -> str:
+    """`text` without URL userinfo, URL query strings and `password=...`-style values."""
+    if "://" in text:
+        text = _URL.sub(_scrub_url, text)
+    if "=" in text:
+        text = _PASSWORD.sub(lambda m: m[1] + m[2] + "***", text)
+    return text
 
 
 class TaskFields(logging.Filter):
@@ -59,7 +82,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return scrub(json.dumps(entry, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -70,7 +93,7 @@ class TextFormatter(logging.Formatter):
         extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")
                   and k != "extras"}
         record.extras = "".join(f" {k}={v}" for k, v in extras.items())
-        return super().format(record)
+        return scrub(super().format(record))
 
 
 def setup(fmt: str = "json", level: str = "INFO") -> None:
@@ -82,3 +105,7 @@ def setup(fmt: str = "json", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # psycopg's pool is chatty at INFO about reconnects we already log ourselves
     logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
+    # httpx logs every request's full URL at INFO, httpcore every header at DEBUG: a webhook's
+    # access token would be in the logs at any level below WARNING
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -57,7 +57,7 @@ def discover(directory: Path | None = None) -> list[Migration]:
     directory = directory or migrations_dir()
     found = []
     for path in sorted(directory.iterdir()):
-        match = _FILE_RE.match(path.name)
+        match = _FILE_RE.fullmatch(path.name)
         if match:
             found.append(Migration(match.group(1), match.group(2), path))
         elif path.suffix == ".sql":

@@ -70,7 +70,7 @@ class Schedule:
     def __post_init__(self) -> None:
         for field in ("name", "kind", "queue"):
             value = getattr(self, field)
-            if not isinstance(value, str) or not NAME_RE.match(value):
+            if not isinstance(value, str) or not NAME_RE.fullmatch(value):
                 raise InvalidInput(f"{field} {value!r}: use 1-64 letters, digits, '_', '.', ':' or '-', "
                                    "starting with a letter or digit")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int) \

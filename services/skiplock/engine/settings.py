@@ -15,8 +15,11 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .errors import ConfigError, InvalidInput
+from .webhooks import default_ports, parse_ports
 
 PREFIX = "SKIPLOCK_"
+# Validation patterns are applied with fullmatch: `$` alone admits a trailing newline ("q1\n").
+# NAME_RE keeps its anchors because the API publishes it as a JSON Schema pattern.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # Kubernetes object names: a pod's is a DNS subdomain, a namespace's a DNS label
@@ -27,12 +30,21 @@ API_ROLES = ("reader", "submitter", "admin")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
+def _ports(text: str | None) -> frozenset[int]:
+    if text is None:
+        return default_ports()
+    try:
+        return parse_ports(text)
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_name(what: str, value: object, variable: str | None = None) -> str:
     """Queue and kind names: 1-64 of letters, digits, `_ . : -`, starting with a letter or digit.
 
     Raises ConfigError naming `variable` when the name came from the environment, else InvalidInput.
     """
-    if isinstance(value, str) and NAME_RE.match(value):
+    if isinstance(value, str) and NAME_RE.fullmatch(value):
         return value
     message = f"invalid {what} name {value!r}: use 1-64 letters, digits, '_', '.', ':' or '-'"
     if variable:
@@ -65,7 +77,9 @@ class Settings:
     retain_completed_seconds: float = 86400.0
     retain_failed_seconds: float = 7 * 86400.0
     retain_cancelled_seconds: float = 7 * 86400.0
+    retain_audit_seconds: float = 90 * 86400.0
     webhook_allowed_networks: tuple[str, ...] = ()
+    webhook_allowed_ports: frozenset[int] = dataclasses.field(default_factory=default_ports)
     webhook_concurrency: int = 16
     webhook_lease_seconds: float = 30.0
     webhook_timeout_seconds: float = 10.0
@@ -74,6 +88,8 @@ class Settings:
     webhook_retry_cap_seconds: float = 900.0
     api_tokens: tuple["ApiToken", ...] = ()
     api_auth: str = "enabled"
+    api_trusted_proxies: tuple[str, ...] = ()
+    api_statement_timeout_seconds: float = 5.0
     log_format: str = "json"
     log_level: str = "INFO"
     pod_deletion_cost: bool = False
@@ -82,7 +98,7 @@ class Settings:
     pod_deletion_cost_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        if not SCHEMA_RE.match(self.db_schema):
+        if not SCHEMA_RE.fullmatch(self.db_schema):
             raise ConfigError(f"SKIPLOCK_DB_SCHEMA: invalid schema name {self.db_schema!r}")
         for q in self.queues:
             check_name("queue", q, "SKIPLOCK_QUEUES")
@@ -123,7 +139,8 @@ class Settings:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be > 0")
         for variable, value in (("RETAIN_COMPLETED_SECONDS", self.retain_completed_seconds),
                                 ("RETAIN_FAILED_SECONDS", self.retain_failed_seconds),
-                                ("RETAIN_CANCELLED_SECONDS", self.retain_cancelled_seconds)):
+                                ("RETAIN_CANCELLED_SECONDS", self.retain_cancelled_seconds),
+                                ("RETAIN_AUDIT_SECONDS", self.retain_audit_seconds)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0 keeps them forever)")
         if self.webhook_concurrency < 1:
@@ -140,12 +157,16 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS={self.webhook_timeout_seconds:g}: must be < "
                               f"SKIPLOCK_WEBHOOK_LEASE_SECONDS ({self.webhook_lease_seconds:g}), or an attempt "
                               "still sending could be handed to another dispatcher")
-        for net in self.webhook_allowed_networks:
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except ValueError:
-                raise ConfigError(f"SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS: {net!r} is not a CIDR network "
-                                  "(e.g. 10.0.0.0/8)") from None
+        for variable, networks in (("WEBHOOK_ALLOWED_NETWORKS", self.webhook_allowed_networks),
+                                   ("API_TRUSTED_PROXIES", self.api_trusted_proxies)):
+            for net in networks:
+                try:
+                    ipaddress.ip_network(net, strict=False)
+                except ValueError:
+                    raise ConfigError(f"SKIPLOCK_{variable}: {net!r} is not a CIDR network (e.g. 10.0.0.0/8)") from None
+        if self.api_statement_timeout_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS={self.api_statement_timeout_seconds:g}: "
+                              "must be > 0")
         if self.api_auth not in ("enabled", "disabled"):
             raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
         if self.log_format not in ("json", "text"):
@@ -165,7 +186,7 @@ class Settings:
             if not value:
                 raise ConfigError(f"{variable}: required when SKIPLOCK_POD_DELETION_COST is true (set it from "
                                   f"the downward API, fieldRef metadata.{what})")
-            if not pattern.match(value):
+            if not pattern.fullmatch(value):
                 raise ConfigError(f"{variable}={value!r}: not a Kubernetes pod {what}")
 
     @property
@@ -209,7 +230,9 @@ class Settings:
             retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS", 86400.0),
             retain_failed_seconds=env.number("RETAIN_FAILED_SECONDS", 7 * 86400.0),
             retain_cancelled_seconds=env.number("RETAIN_CANCELLED_SECONDS", 7 * 86400.0),
+            retain_audit_seconds=env.number("RETAIN_AUDIT_SECONDS", 90 * 86400.0),
             webhook_allowed_networks=env.names("WEBHOOK_ALLOWED_NETWORKS", ()),
+            webhook_allowed_ports=_ports(env.text("WEBHOOK_ALLOWED_PORTS", None)),
             webhook_concurrency=env.integer("WEBHOOK_CONCURRENCY", 16),
             webhook_lease_seconds=env.number("WEBHOOK_LEASE_SECONDS", 30.0),
             webhook_timeout_seconds=env.number("WEBHOOK_TIMEOUT_SECONDS", 10.0),
@@ -218,6 +241,8 @@ class Settings:
             webhook_retry_cap_seconds=env.number("WEBHOOK_RETRY_CAP_SECONDS", 900.0),
             api_tokens=parse_api_tokens(env.text("API_TOKENS", "")),
             api_auth=env.text("API_AUTH", "enabled").lower(),
+            api_trusted_proxies=env.names("API_TRUSTED_PROXIES", ()),
+            api_statement_timeout_seconds=env.number("API_STATEMENT_TIMEOUT_SECONDS", 5.0),
             log_format=env.text("LOG_FORMAT", "json").lower(),
             log_level=env.text("LOG_LEVEL", "INFO").upper(),
             pod_deletion_cost=env.boolean("POD_DELETION_COST", False),
@@ -248,13 +273,13 @@ def parse_api_tokens(text: str, variable: str = "SKIPLOCK_API_TOKENS") -> tuple[
         if len(fields) != 3:
             raise ConfigError(f"{variable}: entry {number} is not name:role:sha256-of-token")
         name, role, digest = fields
-        if not NAME_RE.match(name):
+        if not NAME_RE.fullmatch(name):
             raise ConfigError(f"{variable}: entry {number}: invalid token name {name!r}: use 1-64 letters, "
                               "digits, '_', '.', ':' or '-'")
         if role not in API_ROLES:
             raise ConfigError(f"{variable}: entry {number} ({name}): role {role!r} must be one of "
                               f"{', '.join(API_ROLES)}")
-        if not _SHA256_HEX.match(digest.lower()):
+        if not _SHA256_HEX.fullmatch(digest.lower()):
             raise ConfigError(f"{variable}: entry {number} ({name}): the third field must be the SHA-256 "
                               "of the token as 64 hex digits (e.g. `printf %s TOKEN | sha256sum`)")
         if any(t.name == name for t in tokens):

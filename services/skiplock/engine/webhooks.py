@@ -88,18 +88,101 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a translator (or a dual stack) delivers
+# to: the guard judges that IPv4 address
+_IPV4_IN_LOW_32 = tuple(ipaddress.ip_network(net) for net in (
+    "::/96",             # IPv4-compatible (deprecated, RFC 4291): ::a.b.c.d
+    "::ffff:0:0/96",     # IPv4-mapped: ::ffff:a.b.c.d
+    "::ffff:0:0:0/96",   # SIIT (RFC 2765): ::ffff:0:a.b.c.d
+    "64:ff9b::/96",      # NAT64, the well-known prefix (RFC 6052)
+))
+# never public, whatever they embed: RFC 8215's local-use NAT64 prefix puts the IPv4 address where
+# the operator's prefix length (/48 to /96, RFC 6052) says, so no decoding of it can be trusted;
+# site-local fec0::/10 is deprecated (RFC 3879) but still routed inside sites that use it
+_NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "fec0::/10"))
+
+# SKIPLOCK_WEBHOOK_ALLOWED_PORTS by default: 80, 443 and 1024-65535 but these, where databases,
+# caches, queues and control planes listen (a delivery's POST must not reach one on an allowed network)
+DENIED_PORTS = frozenset({
+    1433, 1521,          # SQL Server, Oracle
+    2375, 2376,          # Docker daemon
+    2379, 2380,          # etcd
+    3306,                # MySQL
+    5432,                # PostgreSQL
+    5672,                # AMQP
+    5984,                # CouchDB
+    6379,                # Redis
+    6443,                # Kubernetes API server
+    8200,                # Vault
+    8500,                # Consul
+    9200, 9300,          # Elasticsearch
+    10250, 10255,        # kubelet
+    11211,               # memcached
+    27017,               # MongoDB
+})
+DEFAULT_PORTS = "80,443,1024-65535"
+
+
+def parse_ports(text: str, variable: str = "SKIPLOCK_WEBHOOK_ALLOWED_PORTS") -> frozenset[int]:
+    """Ports and inclusive ranges, comma-separated: `80,443,8000-8999`."""
+    ports: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise InvalidInput(f"{variable}: {part!r} is not a port or a range like 8000-8999") from None
+        if not 1 <= first <= last <= 65535:
+            raise InvalidInput(f"{variable}: {part!r} is not within 1-65535")
+        ports.update(range(first, last + 1))
+    if not ports:
+        raise InvalidInput(f"{variable}: list at least one port")
+    return frozenset(ports)
+
+
+def default_ports() -> frozenset[int]:
+    return parse_ports(DEFAULT_PORTS) - DENIED_PORTS
+
+
+def redacted(url: str) -> str:
+    """The URL as logs and error messages may show it: no userinfo, and the query string (where
+    receivers put access tokens) replaced by `?...`."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(a malformed URL)"
+    host = f"[{host}]" if ":" in host else host
+    scheme = f"{parts.scheme}://" if parts.scheme else ""
+    return f"{scheme}{host}{port}{parts.path}" + ("?..." if parts.query else "")
+
+
 # name lookups run here so that a caller can stop waiting for one (threads start on first use)
 _RESOLVER = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="resolve")
 
 
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries: a translated form's, 6to4's (2002::/16), or
+    Teredo's server and client (2001::/32; the client's is the inverted last 32 bits)."""
+    if any(address in net for net in _IPV4_IN_LOW_32):
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    if address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address.teredo is not None:
+        return address.teredo
+    return ()
+
+
 class AddressGuard:
     """Refuses destinations that are not public unicast addresses (loopback, private, link-local
-    including cloud metadata at 169.254.169.254, multicast, reserved, shared, unspecified),
-    unless an allow-listed network contains them."""
+    including cloud metadata at 169.254.169.254, multicast, reserved, shared, unspecified, and
+    IPv6 forms of those), unless an allow-listed network contains them; and ports not allowed."""
 
-    def __init__(self, allowed_networks: Sequence[str] = (), resolve_timeout: float = 5.0):
+    def __init__(self, allowed_networks: Sequence[str] = (), resolve_timeout: float = 5.0,
+                 allowed_ports: Iterable[int] | None = None):
         self.resolve_timeout = resolve_timeout
+        self.allowed_ports = default_ports() if allowed_ports is None else frozenset(allowed_ports)
         self.allowed = []
         for net in allowed_networks:
             try:
@@ -107,24 +190,28 @@ class AddressGuard:
             except ValueError:
                 raise InvalidInput(f"SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS: {net!r} is not a CIDR network") from None
 
+    @classmethod
+    def from_settings(cls, settings, resolve_timeout: float = 5.0) -> "AddressGuard":
+        return cls(settings.webhook_allowed_networks, resolve_timeout, settings.webhook_allowed_ports)
+
     @staticmethod
     def parse(url: str) -> tuple[str, str, int, str]:
         """(scheme, host, port, path) of an acceptable URL, or InvalidInput saying why not."""
         if not isinstance(url, str) or not url or len(url) > 2048:
-            raise InvalidInput(f"url {url!r}: give an http(s) URL of at most 2048 characters")
+            raise InvalidInput(f"url: give an http(s) URL of at most 2048 characters")
         try:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise InvalidInput(f"url {url!r}: malformed ({exc})") from None
+            raise InvalidInput(f"url {redacted(url)!r}: malformed ({exc})") from None
         if parts.scheme not in ("http", "https"):
-            raise InvalidInput(f"url {url!r}: scheme {parts.scheme or '(none)'!r} is not supported; use http or https")
+            raise InvalidInput(f"url {redacted(url)!r}: scheme {parts.scheme or '(none)'!r} is not supported; use http or https")
         if not parts.hostname:
-            raise InvalidInput(f"url {url!r}: no host")
+            raise InvalidInput(f"url {redacted(url)!r}: no host")
         if parts.username or parts.password:
-            raise InvalidInput(f"url {url!r}: credentials in the URL are not allowed; sign with the secret instead")
+            raise InvalidInput(f"url {redacted(url)!r}: credentials in the URL are not allowed; sign with the secret instead")
         if any(c.isspace() for c in url):
-            raise InvalidInput(f"url {url!r}: contains whitespace")
+            raise InvalidInput(f"url {redacted(url)!r}: contains whitespace")
         port = port or (443 if parts.scheme == "https" else 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.hostname
@@ -133,22 +220,18 @@ class AddressGuard:
             try:
                 host = host.encode("idna").decode("ascii")
             except UnicodeError:
-                raise InvalidInput(f"url {url!r}: host {host!r} is not a valid internationalized name") from None
+                raise InvalidInput(f"url {redacted(url)!r}: host {host!r} is not a valid internationalized name") from None
         return parts.scheme, host, port, path
 
     def permitted(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         if any(address in net for net in self.allowed):
             return True
         if isinstance(address, ipaddress.IPv6Address):
-            # IPv6 forms that carry an IPv4 address reach that IPv4 address through a translator:
-            # judge the IPv4 address (mapped ::ffff:a.b.c.d, NAT64 64:ff9b::/96, 6to4, Teredo)
-            embedded = address.ipv4_mapped or address.sixtofour
-            if embedded is None and address in _NAT64:
-                embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-            if embedded is None and address.teredo is not None:
-                embedded = address.teredo[1]
-            if embedded is not None:
-                return self.permitted(embedded)
+            if any(address in net for net in _NEVER_PUBLIC):
+                return False
+            embedded = _embedded_ipv4(address)
+            if embedded:  # every IPv4 address the form carries must be permitted
+                return all(self.permitted(ipv4) for ipv4 in embedded)
         return address.is_global and not address.is_multicast
 
     def resolve(self, url: str) -> Target:
@@ -156,23 +239,27 @@ class AddressGuard:
         name resolves to must be permitted (a name pointing at one public and one private
         address is refused: which one a client uses is not ours to predict)."""
         scheme, host, port, path = self.parse(url)
+        shown = redacted(url)
+        if port not in self.allowed_ports:
+            raise WebhookAddressRefused(f"url {shown!r}: port {port} is not allowed; allow it with "
+                                        "SKIPLOCK_WEBHOOK_ALLOWED_PORTS if it is meant")
         # getaddrinfo has no timeout of its own: a stuck resolver must not hold a sender for ever
         lookup = _RESOLVER.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
         try:
             infos = lookup.result(timeout=self.resolve_timeout)
         except concurrent.futures.TimeoutError:
-            raise WebhookAddressRefused(f"url {url!r}: resolving {host!r} took over "
+            raise WebhookAddressRefused(f"url {shown!r}: resolving {host!r} took over "
                                         f"{self.resolve_timeout:g}s") from None
         except (socket.gaierror, UnicodeError) as exc:
-            raise WebhookAddressRefused(f"url {url!r}: cannot resolve {host!r} ({exc})") from None
+            raise WebhookAddressRefused(f"url {shown!r}: cannot resolve {host!r} ({exc})") from None
         addresses = []
         for info in infos:
             address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
             if not self.permitted(address):
                 raise WebhookAddressRefused(
-                    f"url {url!r}: {host} resolves to {address}, which is not a public address; "
+                    f"url {shown!r}: {host} resolves to {address}, which is not a public address; "
                     "allow it with SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS if it is meant")
             addresses.append(str(address))
         if not addresses:
-            raise WebhookAddressRefused(f"url {url!r}: {host!r} resolves to no address")
+            raise WebhookAddressRefused(f"url {shown!r}: {host!r} resolves to no address")
         return Target(scheme, host, port, addresses[0], path)

@@ -50,10 +50,11 @@ class Reclaimer:
 
 class Retention:
     """Deletes finished tasks (with their events) past their state's retention, old schedule
-    decisions and old webhook deliveries, in batches."""
+    decisions, old webhook deliveries and old audit rows, in batches."""
 
-    def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float]):
+    def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float], retain_audit_seconds: float = 0.0):
         self.store, self.metrics = store, metrics
+        self.retain_audit_seconds = retain_audit_seconds  # 0 keeps them forever
         # a retention of 0 keeps that state forever
         self.retain = {state: seconds for state, seconds in retain.items() if seconds > 0}
         for state in self.retain:  # at 0 until the first deletion, not absent
@@ -87,6 +88,12 @@ class Retention:
                     deleted[f"deliveries_{state}"] = deleted.get(f"deliveries_{state}", 0) + n
                 if n < BATCH:
                     break
+        for _ in range(MAX_BATCHES if self.retain_audit_seconds > 0 else 0):
+            n = self.store.audit.audit_delete_old(self.retain_audit_seconds, limit=BATCH)
+            if n:
+                deleted["audit"] = deleted.get("audit", 0) + n
+            if n < BATCH:
+                break
         if deleted:
             log.info("retention deleted old rows", extra={"deleted": deleted})
         return deleted

@@ -40,7 +40,8 @@ class Scheduler:
         self.services = [
             ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
-            ("retention", Retention(store, self.metrics, retain).run_once, settings.retention_seconds),
+            ("retention", Retention(store, self.metrics, retain, settings.retain_audit_seconds).run_once,
+             settings.retention_seconds),
             ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
             ("worker_gauges", WorkerGauges(store, self.metrics).run_once, settings.gauges_seconds),
         ]

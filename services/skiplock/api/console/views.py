@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from ...engine.errors import Forbidden, SkiplockError, Unauthorized
 from ...engine.model import STATES, uuid7
+from .. import refusals
 from ..audit import record_refusal
 from ..auth import ANONYMOUS, rank
 from ..context import api
@@ -96,10 +97,13 @@ def _close(response: Response) -> Response:
     response.headers.update(SECURITY_HEADERS)
     response.headers["X-Request-Id"] = g.get("request_id", "")
     # counted with the API's requests (skiplock_api_requests_total), by the console's route template
-    route = request.script_root + request.url_rule.rule if request.url_rule is not None else "unmatched"
-    api().metrics.observe(request.method, route, response.status_code,
+    api().metrics.observe(request.method, _route(), response.status_code,
                           time.perf_counter() - g.get("started", time.perf_counter()))
     return response
+
+
+def _route() -> str:
+    return request.script_root + request.url_rule.rule if request.url_rule is not None else "unmatched"
 
 
 def _page_globals() -> dict:
@@ -116,8 +120,7 @@ def _skiplock_error(exc: SkiplockError) -> tuple[str, int]:
     if request.method == "POST" and g.get("operation") is not None and g.get("principal") is not None:
         record_refusal(exc)  # the row the API writes for the same refusal
     if isinstance(exc, (Unauthorized, Forbidden)):
-        log.warning("console request refused", extra={"code": exc.code, "method": request.method,
-                                                      "path": request.path, "request_id": g.get("request_id")})
+        refusals.report(log, "console request refused", exc, _route())
     return render_template("error.html", status=exc.status, code=exc.code, message=str(exc)), exc.status
 
 
@@ -171,8 +174,8 @@ def login_submit():
     token = request.form.get("token", "").strip()
     try:
         principal = api().auth.authenticate(f"Bearer {token}")
-    except Unauthorized:
-        log.warning("console sign-in refused", extra={"request_id": g.request_id})
+    except Unauthorized as exc:
+        refusals.report(log, "console sign-in refused", exc, _route())
         return render_template("login.html", error="That token is not valid."), 401
     g.new_session = g.session = _sessions().new(principal)
     log.info("console sign-in", extra={"actor": principal.name, "request_id": g.request_id})

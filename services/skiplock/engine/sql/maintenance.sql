@@ -17,6 +17,21 @@ WITH doomed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), {{_task_delete_doomed}}
 
+-- name: audit_delete_old
+-- Retention: one batch of audit rows written longer ago than `older_than` seconds, oldest first
+-- (through audit_log_at). SKIP LOCKED: replicas delete different rows.
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM skiplock.audit_log
+    WHERE at < now() - %(older_than)s * interval '1 second'
+    ORDER BY at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM skiplock.audit_log AS a USING doomed
+WHERE a.id = doomed.id
+RETURNING a.id;
+
 -- name: schedule_fire_delete_old
 WITH doomed AS MATERIALIZED (
     SELECT schedule, nominal_at
