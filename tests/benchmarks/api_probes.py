@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
 import json
 import os
 import socket
@@ -31,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+
+from tests.support.probes import p99, probe
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "bench-submitter-token"
@@ -62,30 +63,21 @@ def start(database_url: str, port: int, metrics_port: int, env: dict[str, str]) 
 
 
 def probe_latencies(base: str, seconds: float, timeout: float) -> dict[str, list[float]]:
-    """Probe /healthz and /readyz in turn for `seconds`; a timeout counts as `timeout`."""
+    """Probe /healthz and /readyz in turn for `seconds`; a failed probe counts as `timeout`."""
     out: dict[str, list[float]] = {"/healthz": [], "/readyz": []}
     host, port = base.removeprefix("http://").split(":")
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for path in out:
-            started = time.perf_counter()
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)  # a fresh one, as the kubelet's
-            try:
-                conn.request("GET", path)
-                conn.getresponse().read()
-                out[path].append(time.perf_counter() - started)
-            except OSError:
-                out[path].append(timeout)
-            finally:
-                conn.close()
+            out[path].append(probe(host, int(port), path, timeout))
         time.sleep(0.05)
     return out
 
 
 def summary(samples: list[float]) -> str:
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"n={len(ordered)} p50={statistics.median(ordered):.3f}s p99={p99:.3f}s max={ordered[-1]:.3f}s"
+    return (f"n={len(ordered)} p50={statistics.median(ordered):.3f}s p99={p99(ordered):.3f}s "
+            f"max={ordered[-1]:.3f}s")
 
 
 def slowloris(port: int, count: int) -> list[socket.socket]:

@@ -630,6 +630,7 @@ def test_pod_deletion_cost_off_renders_no_rbac_and_mounts_no_token():
         env = r.env_of(worker["containers"][0])
         assert not {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME", "SKIPLOCK_POD_NAMESPACE"} & set(env)
 
+
 # ---- guards around exposure and egress ------------------------------------------------------------
 
 INSECURE_INGRESS = {"api": {"auth": {"enabled": False}, "ingress": {"enabled": True}}}
@@ -696,3 +697,22 @@ def test_bad_allowed_ports_are_refused_by_the_schema():
 
     with pytest.raises(helm.HelmError):
         r.render(_merge(GOOD, {"dispatcher": {"webhook": {"allowedPorts": "http"}}}))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_api_probes_go_to_the_masters_listener(scenario):
+    """The API's probes use SKIPLOCK_METRICS_PORT, which gunicorn's master serves (api/probes.py),
+    not the port whose request threads slow or heavy clients can take; the limits reach the env."""
+    for dep in r.kind(r.scenario_objects(scenario), "Deployment"):
+        main = r.pod_spec(dep)["containers"][0]
+        if main["name"] != "api":
+            continue
+        env = r.env_of(main)
+        ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+        assert ports["metrics"] == int(env["SKIPLOCK_METRICS_PORT"]) != ports["http"]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert main[probe]["httpGet"]["port"] == "metrics", probe
+        for name in ("SKIPLOCK_API_SUBMIT_CONCURRENCY", "SKIPLOCK_API_SUBMIT_RATE", "SKIPLOCK_API_SUBMIT_BURST",
+                     "SKIPLOCK_API_LARGE_BODIES", "SKIPLOCK_API_MAX_CONNECTIONS",
+                     "SKIPLOCK_API_HEADER_TIMEOUT_SECONDS", "SKIPLOCK_API_BODY_TIMEOUT_SECONDS"):
+            assert float(env[name]) >= 0, name

@@ -242,7 +242,8 @@ def test_dashboard_names_only_metrics_the_services_export(db_url, tmp_path):
             proc.wait_ready(timeout=40)
             port = proc.ports.get("metrics") or proc.ports["http"]
             if role == "api":
-                _get(port, "/v1/queues", token=_admin_token(objs))  # one request, so its series exist
+                # one request on the API's own port, so its series exist on the metrics port too
+                _get(proc.ports["http"], "/v1/queues", token=_admin_token(objs))
             status, body = _get(port, "/metrics")
             assert status == 200
             exported |= exported_metric_names(body.decode())

@@ -18,8 +18,8 @@ import time
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
-from ..engine.errors import (DatabaseUnavailable, Forbidden, InvalidInput, MethodNotAllowed as MethodRefused,
-                             PayloadTooLarge, RouteNotFound, SkiplockError, Unauthorized)
+from ..engine.errors import (DatabaseError, DatabaseUnavailable, Forbidden, InvalidInput,
+                             MethodNotAllowed as MethodRefused, PayloadTooLarge, RouteNotFound, SkiplockError, TooManyRequests, Unauthorized)
 from ..engine.model import uuid7
 from ..engine.settings import Settings
 from ..engine.store import Store
@@ -28,6 +28,7 @@ from .audit import record_refusal
 from .auth import Authenticator
 from .console import mount_console
 from .context import KEY, ApiContext, api
+from .limits import Limits
 from .metrics import ApiMetrics
 from .render import error_response
 from .schema import parse_json, parse_query, read_body, type_name
@@ -55,9 +56,11 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
                   statement_timeout=settings.api_statement_timeout_seconds).open()
     app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics(),
-                                     trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies))
+                                     trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
+                                     limits=Limits(settings))
     app.before_request(_prepare)
     app.after_request(_finish)
+    app.teardown_request(_release)
     app.register_error_handler(SkiplockError, _skiplock_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
@@ -87,6 +90,9 @@ def _prepare() -> None:
     if op.role is not None:
         g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
         ctx.auth.require(g.principal, op.role, f"{op.method} {op.rule}")
+    g.releases = []
+    if op.limited:  # before the body is read: a refused submission costs no parsing
+        g.releases.append(ctx.limits.admit(g.principal.name))
     for name, field in op.path.items():
         request.view_args[name] = field.from_text(request.view_args[name], name)
     g.query = parse_query(op.query, request.args)
@@ -95,6 +101,9 @@ def _prepare() -> None:
     g.body = None
     if op.body is not None:
         limit = op.max_body(ctx.settings) if callable(op.max_body) else op.max_body
+        if ctx.limits.is_large(request.content_length, limit):
+            # held until the request ends: the parsed body lives as long as the view
+            g.releases.append(ctx.limits.large_body())
         raw = read_body(request.stream, request.content_length, limit)
         if not raw.strip():
             if op.body_required:
@@ -119,9 +128,19 @@ def _finish(response: Response) -> Response:
     return response
 
 
+def _release(_exc) -> None:
+    for release in reversed(g.pop("releases", ())):
+        release()
+
+
 def _skiplock_error(exc: SkiplockError) -> Response:
+    if isinstance(exc, DatabaseError):  # the driver's error, translated: still not the client's doing
+        return _unexpected_error(exc)
     headers = {}
-    if isinstance(exc, (Unauthorized, Forbidden)):
+    if isinstance(exc, TooManyRequests):
+        # neither logged nor audited: a limit sheds load, one line or row per refusal would add it
+        headers["Retry-After"] = str(exc.retry_after)
+    elif isinstance(exc, (Unauthorized, Forbidden)):
         refusals.report(log, "request refused", exc, _route())
         if isinstance(exc, Unauthorized):
             headers["WWW-Authenticate"] = 'Bearer realm="skiplock"'

@@ -11,6 +11,7 @@ from flask import current_app
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .auth import Authenticator
+from .limits import Limits
 from .metrics import ApiMetrics
 
 KEY = "skiplock"
@@ -24,6 +25,7 @@ class ApiContext:
     metrics: ApiMetrics
     # SKIPLOCK_API_TRUSTED_PROXIES, parsed: whose X-Forwarded-For names the client (refusals.py)
     trusted_proxies: tuple = ()
+    limits: Limits | None = None  # submission and large-body limits (None: create_app builds them)
     migrated: bool = False  # /readyz saw no pending migration once; files do not change under a process
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -43,11 +43,16 @@ class ApiMetrics:
         self.latency.labels(*labels).observe(seconds)
 
     def render(self) -> bytes:
-        directory = multiprocess_dir()
-        if directory is None:
-            return generate_latest(self.registry)
-        from prometheus_client import multiprocess
+        return render_summed(self.registry)
 
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=directory)
-        return generate_latest(registry)
+
+def render_summed(registry: CollectorRegistry | None = None) -> bytes:
+    """Every worker's samples under gunicorn (the multiprocess directory); else `registry`'s."""
+    directory = multiprocess_dir()
+    if directory is None:
+        return generate_latest(registry or REGISTRY)
+    from prometheus_client import multiprocess
+
+    summed = CollectorRegistry()
+    multiprocess.MultiProcessCollector(summed, path=directory)
+    return generate_latest(summed)

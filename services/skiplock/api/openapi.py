@@ -11,8 +11,8 @@ from collections import defaultdict
 from flask import Blueprint, Flask, current_app
 
 from ..engine.errors import (DatabaseUnavailable, Forbidden, InvalidInput, PayloadTooLarge, SkiplockError,
-                             Unauthorized)
-from .operations import Operation, operation
+                             TooManyRequests, Unauthorized)
+from .operations import SMALL_BODY, Operation, operation
 from .render import ERROR, json_response
 from .schema import JsonObject
 
@@ -34,6 +34,9 @@ def _errors(op: Operation) -> dict[int, list[type[SkiplockError]]]:
         errors.append(InvalidInput)
     if op.body is not None:
         errors.append(PayloadTooLarge)
+    # a submission's limits, or a body that may be large (its room per worker may be full)
+    if op.limited or (op.body is not None and op.max_body != SMALL_BODY):
+        errors.append(TooManyRequests)
     if op.role is not None:
         errors += [Unauthorized, Forbidden, DatabaseUnavailable]
     by_status: dict[int, list[type[SkiplockError]]] = defaultdict(list)

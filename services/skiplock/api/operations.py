@@ -38,6 +38,7 @@ class Operation:
     # the body's size limit in bytes; a callable gets the app's settings
     max_body: int | Callable = SMALL_BODY
     audit: str | None = None  # the audit action of a mutating route
+    limited: bool = False  # a submission: counted against its token's rate and concurrency (limits.py)
     description: str = ""
     content_type: str = "application/json"  # of the success response
 

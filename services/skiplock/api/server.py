@@ -1,6 +1,7 @@
 """gunicorn, run in-process by `skiplock api`: the master forks the workers, each builds its own
 app (and its own connection pool) after the fork. gthread workers: a slow client holds a thread,
-not a process. SIGTERM stops accepting and lets requests in flight finish within the graceful
+not a process, and only until its read deadline (connections.py); the probes are the master's, on
+SKIPLOCK_METRICS_PORT (probes.py). SIGTERM stops accepting and lets requests in flight finish within the graceful
 timeout (SKIPLOCK_SHUTDOWN_GRACE_SECONDS, below the pod's grace), then exits 0.
 """
 
@@ -15,7 +16,9 @@ from gunicorn.util import parse_address
 from ..engine.errors import ConfigError
 from ..engine.metrics import listen_failure
 from ..engine.settings import Settings
-from .gunicorn_classes import ApiLogger, JsonErrorThreadWorker
+from .connections import ApiWorker
+from .gunicorn_classes import ApiLogger
+from .probes import MasterProbes
 
 
 def _worker_exit(server, worker) -> None:
@@ -23,6 +26,18 @@ def _worker_exit(server, worker) -> None:
 
     if getattr(worker, "wsgi", None) is not None:
         close_app(worker.wsgi)
+
+
+def _when_ready(server) -> None:
+    server.app.probes.start(server)
+
+
+def _post_fork(server, worker) -> None:
+    server.app.probes.close_in_worker()
+
+
+def _on_exit(server) -> None:
+    server.app.probes.stop()
 
 
 def _child_exit(server, worker) -> None:
@@ -55,14 +70,18 @@ def check_bind(bind: str) -> None:
 class ApiServer(BaseApplication):
     def __init__(self, settings: Settings, *, bind: str, workers: int, threads: int):
         self.settings = settings
+        self.probes = MasterProbes(settings)  # /healthz, /readyz, /metrics on SKIPLOCK_METRICS_PORT
         self.options = dict(
-            # gthread, its own refusals in the API's JSON shape; its log lines through ours
-            bind=[bind], workers=workers, worker_class=JsonErrorThreadWorker, threads=threads,
+            # gthread with read deadlines, its own refusals in the API's JSON shape; its log lines
+            # through ours
+            bind=[bind], workers=workers, worker_class=ApiWorker, threads=threads,
+            worker_connections=settings.api_max_connections,
             logger_class=ApiLogger,
             # whole seconds for gunicorn; rounded down, so still below the pod's grace
             graceful_timeout=max(1, int(settings.shutdown_grace_seconds)), timeout=60, keepalive=5,
             accesslog=None, errorlog="-", loglevel=settings.log_level.lower(), proc_name="skiplock-api",
             worker_exit=_worker_exit, child_exit=_child_exit,
+            when_ready=_when_ready, post_fork=_post_fork, on_exit=_on_exit,
             # gunicorn >= 25 opens a control socket at a fixed path by default; two APIs on one
             # host would fight over it, and nothing here uses it
             control_socket_disable=True,

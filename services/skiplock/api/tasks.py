@@ -138,7 +138,7 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
 
 @operation(bp, "POST", "/v1/tasks", summary="Submit a task", role="submitter", tag="tasks",
            body=SUBMIT, headers={"Idempotency-Key": IDEMPOTENCY_KEY},
-           max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit",
+           max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", limited=True,
            responses={201: ("Enqueued.", TASK),
                       200: ("Replay: this Idempotency-Key and body created this task before.", TASK)},
            errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict))
@@ -153,7 +153,7 @@ def submit_task():
 
 
 @operation(bp, "POST", "/v1/tasks:batch", summary=f"Submit up to {BATCH_MAX_TASKS} tasks at once",
-           role="submitter", tag="tasks", body=BATCH, max_body=BATCH_MAX_BODY, audit="task.submit_batch",
+           role="submitter", tag="tasks", body=BATCH, max_body=BATCH_MAX_BODY, audit="task.submit_batch", limited=True,
            description="One transaction through the bulk path: all tasks are enqueued or none. Items may "
                        "carry an idempotency_key each.",
            responses={201: ("Enqueued (some may be replays).", BATCH_RESULT),

@@ -3,6 +3,9 @@ dataclass and validated when built. A bad value fails at startup with the variab
 
 `NAME_FILE` may hold the path of a file whose content is the value (Kubernetes secrets).
 This module reads the environment only when `Settings.from_env()` is called.
+
+VARIABLES, at the end, declares every variable once: its default, which from_env() reads, and its
+meaning, from which scripts/gen_docs.py writes the configuration tables of the docs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # API roles, weakest first: each can do what the ones before it can
 API_ROLES = ("reader", "submitter", "admin")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+# an EnvReader read given no default: the variable's declared one (VARIABLES, at the end)
+_DECLARED = object()
 
 
 def _ports(text: str | None) -> frozenset[int]:
@@ -90,6 +95,14 @@ class Settings:
     api_auth: str = "enabled"
     api_trusted_proxies: tuple[str, ...] = ()
     api_statement_timeout_seconds: float = 5.0
+    api_header_timeout_seconds: float = 10.0
+    api_body_timeout_seconds: float = 60.0
+    api_max_connections: int = 100
+    api_submit_rate: float = 0.0
+    api_submit_burst: int = 10
+    api_submit_concurrency: int = 0
+    api_large_body_bytes: int = 1024 * 1024
+    api_large_bodies: int = 1
     log_format: str = "json"
     log_level: str = "INFO"
     pod_deletion_cost: bool = False
@@ -167,6 +180,20 @@ class Settings:
         if self.api_statement_timeout_seconds <= 0:
             raise ConfigError(f"SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS={self.api_statement_timeout_seconds:g}: "
                               "must be > 0")
+        for variable, value in (("API_HEADER_TIMEOUT_SECONDS", self.api_header_timeout_seconds),
+                                ("API_BODY_TIMEOUT_SECONDS", self.api_body_timeout_seconds)):
+            if value <= 0:
+                raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be > 0")
+        for variable, value in (("API_MAX_CONNECTIONS", self.api_max_connections),
+                                ("API_SUBMIT_BURST", self.api_submit_burst),
+                                ("API_LARGE_BODIES", self.api_large_bodies)):
+            if value < 1:
+                raise ConfigError(f"SKIPLOCK_{variable}={value}: must be a positive integer")
+        for variable, value in (("API_SUBMIT_RATE", self.api_submit_rate),
+                                ("API_SUBMIT_CONCURRENCY", self.api_submit_concurrency),
+                                ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
+            if value < 0:
+                raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0: no limit)")
         if self.api_auth not in ("enabled", "disabled"):
             raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
         if self.log_format not in ("json", "text"):
@@ -205,50 +232,58 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":
         env = EnvReader(os.environ if environ is None else environ)
-        lease = env.number("LEASE_SECONDS", 30.0)
+        lease = env.number("LEASE_SECONDS")
         values = dict(
-            database_url=env.text("DATABASE_URL", None),
-            db_schema=env.text("DB_SCHEMA", "skiplock"),
-            tasks=env.names("TASKS", ()),
-            queues=env.names("QUEUES", ("default",)),
-            concurrency=env.integer("CONCURRENCY", 10),
+            database_url=env.text("DATABASE_URL"),
+            db_schema=env.text("DB_SCHEMA"),
+            tasks=env.names("TASKS"),
+            queues=env.names("QUEUES"),
+            concurrency=env.integer("CONCURRENCY"),
             lease_seconds=lease,
             heartbeat_seconds=env.number("HEARTBEAT_SECONDS", lease / 3),
             shutdown_grace_seconds=env.number("SHUTDOWN_GRACE_SECONDS", min(25.0, lease * 5 / 6)),
-            poll_seconds=env.number("POLL_SECONDS", 1.0),
-            reaper_seconds=env.number("REAPER_SECONDS", 5.0),
-            max_reclaims=env.integer("MAX_RECLAIMS", 10),
-            max_payload_bytes=env.integer("MAX_PAYLOAD_BYTES", 1024 * 1024),
-            claim_batch=env.integer("CLAIM_BATCH", 0),
-            stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS", 10.0),
-            metrics_port=env.integer("METRICS_PORT", 9090),
-            dev_api_port=env.integer("DEV_API_PORT", 8080),
-            schedules_file=env.text("SCHEDULES_FILE", None),
-            schedules_prune=env.boolean("SCHEDULES_PRUNE", False),
-            gauges_seconds=env.number("GAUGES_SECONDS", 15.0),
-            retention_seconds=env.number("RETENTION_SECONDS", 60.0),
-            retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS", 86400.0),
-            retain_failed_seconds=env.number("RETAIN_FAILED_SECONDS", 7 * 86400.0),
-            retain_cancelled_seconds=env.number("RETAIN_CANCELLED_SECONDS", 7 * 86400.0),
-            retain_audit_seconds=env.number("RETAIN_AUDIT_SECONDS", 90 * 86400.0),
-            webhook_allowed_networks=env.names("WEBHOOK_ALLOWED_NETWORKS", ()),
-            webhook_allowed_ports=_ports(env.text("WEBHOOK_ALLOWED_PORTS", None)),
-            webhook_concurrency=env.integer("WEBHOOK_CONCURRENCY", 16),
-            webhook_lease_seconds=env.number("WEBHOOK_LEASE_SECONDS", 30.0),
-            webhook_timeout_seconds=env.number("WEBHOOK_TIMEOUT_SECONDS", 10.0),
-            webhook_max_attempts=env.integer("WEBHOOK_MAX_ATTEMPTS", 8),
-            webhook_retry_base_seconds=env.number("WEBHOOK_RETRY_BASE_SECONDS", 1.0),
-            webhook_retry_cap_seconds=env.number("WEBHOOK_RETRY_CAP_SECONDS", 900.0),
-            api_tokens=parse_api_tokens(env.text("API_TOKENS", "")),
-            api_auth=env.text("API_AUTH", "enabled").lower(),
-            api_trusted_proxies=env.names("API_TRUSTED_PROXIES", ()),
-            api_statement_timeout_seconds=env.number("API_STATEMENT_TIMEOUT_SECONDS", 5.0),
-            log_format=env.text("LOG_FORMAT", "json").lower(),
-            log_level=env.text("LOG_LEVEL", "INFO").upper(),
-            pod_deletion_cost=env.boolean("POD_DELETION_COST", False),
-            pod_name=env.text("POD_NAME", None),
-            pod_namespace=env.text("POD_NAMESPACE", None),
-            pod_deletion_cost_seconds=env.number("POD_DELETION_COST_SECONDS", 5.0),
+            poll_seconds=env.number("POLL_SECONDS"),
+            reaper_seconds=env.number("REAPER_SECONDS"),
+            max_reclaims=env.integer("MAX_RECLAIMS"),
+            max_payload_bytes=env.integer("MAX_PAYLOAD_BYTES"),
+            claim_batch=env.integer("CLAIM_BATCH"),
+            stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS"),
+            metrics_port=env.integer("METRICS_PORT"),
+            dev_api_port=env.integer("DEV_API_PORT"),
+            schedules_file=env.text("SCHEDULES_FILE"),
+            schedules_prune=env.boolean("SCHEDULES_PRUNE"),
+            gauges_seconds=env.number("GAUGES_SECONDS"),
+            retention_seconds=env.number("RETENTION_SECONDS"),
+            retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS"),
+            retain_failed_seconds=env.number("RETAIN_FAILED_SECONDS"),
+            retain_cancelled_seconds=env.number("RETAIN_CANCELLED_SECONDS"),
+            retain_audit_seconds=env.number("RETAIN_AUDIT_SECONDS"),
+            webhook_allowed_networks=env.names("WEBHOOK_ALLOWED_NETWORKS"),
+            webhook_allowed_ports=_ports(env.text("WEBHOOK_ALLOWED_PORTS")),
+            webhook_concurrency=env.integer("WEBHOOK_CONCURRENCY"),
+            webhook_lease_seconds=env.number("WEBHOOK_LEASE_SECONDS"),
+            webhook_timeout_seconds=env.number("WEBHOOK_TIMEOUT_SECONDS"),
+            webhook_max_attempts=env.integer("WEBHOOK_MAX_ATTEMPTS"),
+            webhook_retry_base_seconds=env.number("WEBHOOK_RETRY_BASE_SECONDS"),
+            webhook_retry_cap_seconds=env.number("WEBHOOK_RETRY_CAP_SECONDS"),
+            api_tokens=parse_api_tokens(env.text("API_TOKENS")),
+            api_auth=env.text("API_AUTH").lower(),
+            api_trusted_proxies=env.names("API_TRUSTED_PROXIES"),
+            api_statement_timeout_seconds=env.number("API_STATEMENT_TIMEOUT_SECONDS"),
+            api_header_timeout_seconds=env.number("API_HEADER_TIMEOUT_SECONDS"),
+            api_body_timeout_seconds=env.number("API_BODY_TIMEOUT_SECONDS"),
+            api_max_connections=env.integer("API_MAX_CONNECTIONS"),
+            api_submit_rate=env.number("API_SUBMIT_RATE"),
+            api_submit_burst=env.integer("API_SUBMIT_BURST"),
+            api_submit_concurrency=env.integer("API_SUBMIT_CONCURRENCY"),
+            api_large_body_bytes=env.integer("API_LARGE_BODY_BYTES"),
+            api_large_bodies=env.integer("API_LARGE_BODIES"),
+            log_format=env.text("LOG_FORMAT").lower(),
+            log_level=env.text("LOG_LEVEL").upper(),
+            pod_deletion_cost=env.boolean("POD_DELETION_COST"),
+            pod_name=env.text("POD_NAME"),
+            pod_namespace=env.text("POD_NAMESPACE"),
+            pod_deletion_cost_seconds=env.number("POD_DELETION_COST_SECONDS"),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -289,7 +324,8 @@ def parse_api_tokens(text: str, variable: str = "SKIPLOCK_API_TOKENS") -> tuple[
 
 
 class EnvReader:
-    """Typed reads of SKIPLOCK_* variables, with NAME_FILE support."""
+    """Typed reads of SKIPLOCK_* variables, with NAME_FILE support. A read without a default takes
+    the one VARIABLES declares."""
 
     def __init__(self, environ: Mapping[str, str]):
         self.environ = environ
@@ -306,14 +342,14 @@ class EnvReader:
         value = self.environ.get(key)
         return None if value is None or value.strip() == "" else value.strip()
 
-    def text(self, name: str, default):
+    def text(self, name: str, default=_DECLARED):
         value = self.raw(name)
-        return default if value is None else value
+        return declared_default(name, default) if value is None else value
 
-    def number(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float = _DECLARED) -> float:
         value = self.raw(name)
         if value is None:
-            return default
+            return declared_default(name, default)
         try:
             parsed = float(value)
         except ValueError:
@@ -322,19 +358,19 @@ class EnvReader:
             raise ConfigError(f"{PREFIX}{name}={value!r}: not a finite number")
         return parsed
 
-    def integer(self, name: str, default: int) -> int:
+    def integer(self, name: str, default: int = _DECLARED) -> int:
         value = self.raw(name)
         if value is None:
-            return default
+            return declared_default(name, default)
         try:
             return int(value)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name}={value!r}: not an integer") from None
 
-    def boolean(self, name: str, default: bool) -> bool:
+    def boolean(self, name: str, default: bool = _DECLARED) -> bool:
         value = self.raw(name)
         if value is None:
-            return default
+            return declared_default(name, default)
         lowered = value.lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
@@ -342,8 +378,151 @@ class EnvReader:
             return False
         raise ConfigError(f"{PREFIX}{name}={value!r}: must be true or false")
 
-    def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def names(self, name: str, default: tuple[str, ...] = _DECLARED) -> tuple[str, ...]:
         value = self.raw(name)
         if value is None:
-            return default
+            return declared_default(name, default)
         return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+# ---- every variable, declared once ----------------------------------------------------------------
+
+class Variable(NamedTuple):
+    """One SKIPLOCK_* variable: the default from_env() reads when it is unset, and what the docs'
+    configuration tables say about it (scripts/gen_docs.py writes them from VARIABLES)."""
+
+    name: str                 # without the SKIPLOCK_ prefix
+    default: object           # when unset; the two defaults that depend on the lease are computed
+    meaning: str              # one line of Markdown
+    group: str                # its heading in docs/CONFIGURATION.md
+    shown: str | None = None  # the default as the tables show it, where the value does not say it
+    more: str = ""            # what docs/CONFIGURATION.md adds to the meaning
+    contract: bool = False    # listed in docs/CONTRACT.md too
+    readme: bool = False      # listed in the README too
+    parsed: bool = True       # read by Settings.from_env(); False: read where it is used
+
+
+_ANY = "Every role"
+_WORKER = "Worker"
+_SCHEDULER = "Scheduler"
+_DISPATCHER = "Dispatcher (webhooks)"
+_API = "API"
+_POD = "Worker pods on Kubernetes"
+_DEV = "Development"
+GROUPS = (_ANY, _WORKER, _SCHEDULER, _DISPATCHER, _API, _POD, _DEV)  # docs/CONFIGURATION.md's order
+
+VARIABLES: tuple[Variable, ...] = (
+    # the contract's variables first, in docs/CONTRACT.md's order
+    Variable("DATABASE_URL", None, "libpq URL", _ANY, shown="— (required outside `dev`)",
+             contract=True, readme=True),
+    Variable("TASKS", (), "comma-separated modules that define task handlers; imported by the worker, the "
+             "current directory searched first", _WORKER, more="`--tasks` overrides it", contract=True,
+             readme=True),
+    Variable("QUEUES", ("default",), "queues a worker claims from", _WORKER,
+             more="comma-separated; `--queues` overrides it", contract=True, readme=True),
+    Variable("CONCURRENCY", 10, "tasks one worker process runs at once", _WORKER,
+             more="handler threads; `async def` handlers share one event loop; `--concurrency` overrides it",
+             contract=True, readme=True),
+    Variable("LEASE_SECONDS", 30.0, "lease granted by a claim or a heartbeat", _WORKER, contract=True,
+             readme=True),
+    Variable("HEARTBEAT_SECONDS", None, "must be ≤ lease / 3 or startup fails", _WORKER, shown="lease / 3",
+             more="how often a worker renews every claim it holds, in one statement", contract=True),
+    Variable("SHUTDOWN_GRACE_SECONDS", 25.0, "drain time after SIGTERM; must be < lease", _ANY, shown="`25`",
+             more="when the lease is under 30 s the default is 5/6 of it; the API's gunicorn graceful timeout",
+             contract=True),
+    Variable("POLL_SECONDS", 1.0, "poll interval when no notification arrives", _WORKER,
+             more="also how soon the scheduler sees that a `buffer_one` schedule's previous task ended",
+             contract=True),
+    Variable("REAPER_SECONDS", 5.0, "how often expired leases are reclaimed", _WORKER,
+             more="by every scheduler and, as a fallback, every worker", contract=True),
+    Variable("METRICS_PORT", 9090, "Prometheus endpoint of a role (`/metrics`), also `/healthz`, `/readyz`", _ANY,
+             more="`0`: any free port", contract=True, readme=True),
+    Variable("API_TOKENS", "", "API credentials (see API)", _API, shown="—",
+             more="`name:role:sha256-of-token` entries, comma or newline separated; `_FILE` for a secret",
+             contract=True),
+    Variable("POD_DELETION_COST", False, "a worker in a pod keeps its pod's "
+             "`controller.kubernetes.io/pod-deletion-cost` annotation near its in-flight count, so scale-in removes idle workers first (needs "
+             "`skiplock[kubernetes]` and RBAC to patch its pod; `KUBECONFIG` replaces the in-cluster configuration "
+             "when set)", _POD, contract=True),
+    Variable("POD_NAME", None, "the worker's own pod's name, from the downward API", _POD,
+             shown="— (required when `SKIPLOCK_POD_DELETION_COST` is true)", contract=True),
+    Variable("POD_NAMESPACE", None, "the worker's own pod's namespace, from the downward API", _POD,
+             shown="— (required when `SKIPLOCK_POD_DELETION_COST` is true)", contract=True),
+    Variable("POD_DELETION_COST_SECONDS", 5.0, "the least time between two patches of that annotation; a patch is "
+             "sent only when the value changed", _POD, contract=True),
+    Variable("LOG_FORMAT", "json", "logs to stdout: `json` or `text`", _ANY, contract=True),
+    Variable("LOG_LEVEL", "INFO", "logs to stdout: the least level written", _ANY, contract=True),
+    Variable("MIGRATIONS_DIR", None, "where `skiplock migrate` reads its files (an override; the wheel and the "
+             "image carry them)", _ANY, shown="the package's own `skiplock/migrations`", contract=True,
+             parsed=False),
+    Variable("DB_SCHEMA", "skiplock", "schema of every table", _ANY),
+    Variable("MAX_PAYLOAD_BYTES", 1024 * 1024, "larger payloads are refused at enqueue", _ANY,
+             more="by `skiplock.enqueue`, `enqueue_many` and the API (413)"),
+    Variable("MAX_RECLAIMS", 10, "lease expiries before a task is failed", _WORKER),
+    Variable("CLAIM_BATCH", 0, "most tasks one claim takes; 0: as many as there are free slots", _WORKER),
+    Variable("STUCK_GRACE_SECONDS", 10.0, "after a kind's `timeout`, how long a handler that ignores "
+             "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", _WORKER),
+    Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),
+    Variable("SCHEDULES_PRUNE", False, "with the file, also delete schedules it does not name", _SCHEDULER),
+    Variable("GAUGES_SECONDS", 15.0, "how often the queue gauges are recomputed", _SCHEDULER),
+    Variable("RETENTION_SECONDS", 60.0, "how often retention runs", _SCHEDULER),
+    Variable("RETAIN_COMPLETED_SECONDS", 86400.0, "completed tasks (and their events) are deleted this long after "
+             "finishing; `0` keeps them", _SCHEDULER),
+    Variable("RETAIN_FAILED_SECONDS", 7 * 86400.0, "the same for failed tasks", _SCHEDULER),
+    Variable("RETAIN_CANCELLED_SECONDS", 7 * 86400.0, "the same for cancelled tasks", _SCHEDULER),
+    Variable("RETAIN_AUDIT_SECONDS", 90 * 86400.0, "audit log rows are deleted this long after they were written; "
+             "`0` keeps them", _SCHEDULER, shown="`7776000` (90 days)", contract=True),
+    Variable("WEBHOOK_ALLOWED_NETWORKS", (), "CIDRs deliveries may reach besides public addresses", _DISPATCHER,
+             more="checked when an endpoint is added and at every attempt; `skiplock dev`: 127.0.0.0/8"),
+    Variable("WEBHOOK_ALLOWED_PORTS", None, "ports deliveries may reach: comma-separated ports and ranges "
+             "(`80,443,8000-8999`)", _DISPATCHER,
+             shown="80, 443 and 1024-65535 except engine/webhooks.py `DENIED_PORTS`",
+             more="the default leaves out the ports of databases, caches, queues and control planes "
+             "(1433, 1521, 2375-2376, 2379-2380, 3306, 5432, 5672, 5984, 6379, 6443, 8200, 8500, 9200, 9300, "
+             "10250, 10255, 11211, 27017); a list that is set is taken as it is", contract=True),
+    Variable("WEBHOOK_CONCURRENCY", 16, "requests in flight per dispatcher", _DISPATCHER),
+    Variable("WEBHOOK_LEASE_SECONDS", 30.0, "lease of a claimed delivery; must exceed the timeout and the "
+             "shutdown grace", _DISPATCHER),
+    Variable("WEBHOOK_TIMEOUT_SECONDS", 10.0, "total time of one attempt (connect ≤ 5 s)", _DISPATCHER),
+    Variable("WEBHOOK_MAX_ATTEMPTS", 8, "attempts before the dead letter", _DISPATCHER),
+    Variable("WEBHOOK_RETRY_BASE_SECONDS", 1.0, "backoff base: attempt n waits `uniform(0, min(cap, base·2^(n-1)))`",
+             _DISPATCHER),
+    Variable("WEBHOOK_RETRY_CAP_SECONDS", 900.0, "backoff cap", _DISPATCHER),
+    Variable("API_TRUSTED_PROXIES", (), "CIDRs of the proxies in front of the API whose `X-Forwarded-For` names "
+             "the client in refusal logs", _API, shown="— (none: the peer's address)", contract=True),
+    Variable("API_STATEMENT_TIMEOUT_SECONDS", 5.0, "the longest an API read may run in Postgres; one that takes "
+             "longer answers 503 `database.statement_timeout`", _API, contract=True),
+    Variable("API_HEADER_TIMEOUT_SECONDS", 10.0, "the longest a client may take to send a request's line and "
+             "headers; then the connection is closed", _API, contract=True),
+    Variable("API_BODY_TIMEOUT_SECONDS", 60.0, "the longest a client may take to send a request's body (and to "
+             "read its response); then 408 `request.timeout`", _API, contract=True),
+    Variable("API_MAX_CONNECTIONS", 100, "open connections one gunicorn worker holds; beyond it new ones wait in "
+             "the listen backlog", _API, contract=True),
+    Variable("API_SUBMIT_RATE", 0.0, "submissions (`POST /v1/tasks`, `POST /v1/tasks:batch`) per second one token "
+             "may make, per gunicorn worker; over it 429 `request.rate_limited` with `Retry-After`; `0`: no limit",
+             _API, contract=True),
+    Variable("API_SUBMIT_BURST", 10, "submissions a token may make at once above its rate, per worker", _API,
+             contract=True),
+    Variable("API_SUBMIT_CONCURRENCY", 0, "submissions one token may have in flight, per gunicorn worker; over it "
+             "429 with `Retry-After`; `0`: no limit", _API, contract=True),
+    Variable("API_LARGE_BODY_BYTES", 1024 * 1024, "a request body above this size (or without a length, on a route "
+             "that allows more) is large", _API, contract=True),
+    Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
+             "429 with `Retry-After` (this bounds the API's memory)", _API, contract=True),
+    Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
+             "a warning)", _API),
+    Variable("DEV_API_PORT", 8080, "`skiplock dev` only: port of the HTTP API it serves on 127.0.0.1 without auth "
+             "(`0`: any free port)", _DEV),
+)
+
+_BY_NAME = {v.name: v for v in VARIABLES}
+
+
+def declared_default(name: str, default=_DECLARED):
+    """`default` if given, else the one VARIABLES declares for SKIPLOCK_<name>."""
+    if default is not _DECLARED:
+        return default
+    try:
+        return _BY_NAME[name].default
+    except KeyError:
+        raise LookupError(f"{PREFIX}{name} is read with no default and not declared in VARIABLES") from None

@@ -1,0 +1,87 @@
+"""Admission limits of the API, per gunicorn worker process: a token's submission rate (a token
+bucket per token name) and concurrency, and the room for large request bodies (bodies whose
+parsing costs several times their size in memory). A full limit answers 429 with Retry-After,
+before the body is read.
+
+State lives in this process only. Sharing it across workers would need a lock or counters that a
+worker killed mid-request could leave held, or a database round trip per submission; the pod's
+effective limit is the per-worker value times its workers (docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from ..engine.errors import TooManyRequests
+from ..engine.settings import Settings
+
+
+class _Bucket:
+    __slots__ = ("tokens", "stamp", "running")
+
+    def __init__(self, tokens: float, stamp: float):
+        self.tokens, self.stamp, self.running = tokens, stamp, 0
+
+
+class Limits:
+    """Owns every counter; request threads call `admit()` and `large_body()` and call the
+    release they got back when the request ends."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic):
+        self.rate = settings.api_submit_rate
+        self.burst = max(1.0, float(settings.api_submit_burst))
+        self.concurrency = settings.api_submit_concurrency
+        self.large_body_bytes = settings.api_large_body_bytes
+        self.large = threading.BoundedSemaphore(settings.api_large_bodies)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._buckets: dict[str, _Bucket] = {}  # one per configured token name: bounded by the config
+
+    def admit(self, token: str) -> Callable[[], None]:
+        """Count one submission of `token` or raise TooManyRequests; returns its release."""
+        if not self.rate and not self.concurrency:
+            return _nothing
+        with self._lock:
+            now = self.clock()
+            bucket = self._buckets.get(token)
+            if bucket is None:
+                bucket = self._buckets[token] = _Bucket(self.burst, now)
+            if self.concurrency and bucket.running >= self.concurrency:
+                raise TooManyRequests(f"token {token!r} has {bucket.running} submissions in flight on this "
+                                      f"worker (SKIPLOCK_API_SUBMIT_CONCURRENCY={self.concurrency})")
+            if self.rate:
+                bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
+                bucket.stamp = now
+                if bucket.tokens < 1:
+                    wait = math.ceil((1 - bucket.tokens) / self.rate)
+                    raise TooManyRequests(f"token {token!r} is over SKIPLOCK_API_SUBMIT_RATE={self.rate:g} "
+                                          f"submissions per second (burst {self.burst:g}) on this worker", wait)
+                bucket.tokens -= 1
+            bucket.running += 1
+
+        def release() -> None:
+            with self._lock:
+                bucket.running -= 1
+
+        return release
+
+    def is_large(self, content_length: int | None, limit: int) -> bool:
+        """A body that may exceed the large-body size: by its Content-Length, or by the route's
+        limit when it has none (chunked)."""
+        if content_length is not None and content_length > limit:
+            return False  # refused 413 before it is read
+        return (content_length if content_length is not None else limit) > self.large_body_bytes
+
+    def large_body(self) -> Callable[[], None]:
+        """Take room for one large body or raise TooManyRequests; returns its release."""
+        if not self.large.acquire(blocking=False):
+            raise TooManyRequests("this worker is parsing as many large bodies as it may "
+                                  "(SKIPLOCK_API_LARGE_BODIES); retry", retry_after=1)
+        return self.large.release
+
+
+def _nothing() -> None:
+    pass
