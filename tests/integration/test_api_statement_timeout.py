@@ -26,7 +26,7 @@ def test_a_read_past_the_statement_timeout_is_a_503_with_its_code(make_api, db_u
 
 def test_the_api_pool_carries_the_timeout(make_api):
     api = make_api(api_statement_timeout_seconds=2.5)
-    from skiplock.api.context import KEY
+    from skiplock.api.app_state import KEY
 
     with api.app.extensions[KEY].store.connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "2500ms"

@@ -27,9 +27,9 @@ from . import refusals
 from .audit import record_refusal
 from .auth import Authenticator
 from .console import mount_console
-from .context import KEY, ApiContext, api
+from .app_state import KEY, ApiContext, api
 from .limits import Limits
-from .metrics import ApiMetrics
+from .request_metrics import ApiMetrics
 from .render import error_response
 from .schema import parse_json, parse_query, read_body, type_name
 

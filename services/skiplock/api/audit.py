@@ -20,7 +20,7 @@ from flask import Blueprint, g, request
 
 from ..engine.errors import SkiplockError
 from ..engine.store import Store
-from .context import api
+from .app_state import api
 from .operations import operation
 from .render import AUDIT_ENTRY, audit_json, page, page_response
 from .schema import Integer, Name, String

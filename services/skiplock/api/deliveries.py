@@ -14,7 +14,7 @@ from flask import Blueprint, g
 from ..engine.errors import DeliveryNotDead, DeliveryNotFound, InvalidInput, WebhookNotFound
 from ..engine.store import DeliveryRecord
 from .audit import audited
-from .context import api
+from .app_state import api
 from .operations import operation
 from .render import json_response, page, page_response
 from .schema import DateTime, Integer, JsonValue, Object, String, Uuid

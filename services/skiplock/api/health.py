@@ -7,8 +7,8 @@ from flask import Blueprint, Response
 
 from ..engine import migrate
 from ..engine.errors import DatabaseUnavailable, MigrationError, SkiplockError
-from .context import api
-from .metrics import CONTENT_TYPE
+from .app_state import api
+from .request_metrics import CONTENT_TYPE
 from .operations import operation
 from .render import json_response
 from .schema import Object, String

@@ -5,7 +5,7 @@ clients fill request threads, heavy submitters the workers' CPU, and neither is 
 
 - /healthz: a gunicorn worker reported in (its heartbeat) within gunicorn's worker timeout.
 - /readyz: Postgres answers and no migration is pending (the API port's /readyz means the same).
-- /metrics: every worker's samples, summed (api/metrics.py).
+- /metrics: every worker's samples, summed (api/request_metrics.py).
 
 The listener starts in the master before the first fork; each worker closes its inherited copy
 (post_fork) and never serves it. It holds no database connection between probes: a forked worker
@@ -21,7 +21,7 @@ from ..engine import migrate
 from ..engine.errors import SkiplockError
 from ..engine.metrics import MetricsServer
 from ..engine.settings import Settings
-from .metrics import render_summed
+from .request_metrics import render_summed
 
 log = logging.getLogger("skiplock.api")
 

@@ -14,7 +14,7 @@ from ..engine.errors import InvalidInput
 from ..engine.model import STATES
 from ..engine.task_actions import set_paused
 from .audit import current_draft
-from .context import api
+from .app_state import api
 from .operations import operation
 from .render import iso, json_response
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from flask import g, request
 
 from ..engine.errors import Forbidden, SkiplockError
-from .context import api
+from .app_state import api
 
 # the token label of a 401: no token, or one that matches no configured token (the label set
 # stays the configured names plus this one, whatever clients send)

@@ -15,7 +15,7 @@ from ..engine.model import encode_payload
 from ..engine.schedule_actions import apply_schedules, fire_schedule_now
 from ..engine.schedules import Schedule
 from .audit import audited
-from .context import api
+from .app_state import api
 from .operations import SMALL_BODY, operation
 from .render import SCHEDULE, iso, json_response, schedule_fields, schedule_json
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object, String, Uuid

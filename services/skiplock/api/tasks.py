@@ -25,7 +25,7 @@ from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_L
                                    TaskFilter, bulk)
 from ..engine.task_actions import cancel_task as cancel, resume_task as resume
 from .audit import audited, current_draft
-from .context import api
+from .app_state import api
 from .operations import SMALL_BODY, operation
 from .render import EVENT, TASK, event_json, iso, json_response, page, page_response, task_json
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid

@@ -18,7 +18,7 @@ from ..engine.store import WebhookEndpoint
 from ..engine.webhooks import (ALL_EVENTS, EVENT_TYPES, AddressGuard, check_event_types, check_secret,
                                generate_secret)
 from .audit import audited
-from .context import api
+from .app_state import api
 from .operations import operation
 from .render import json_response
 from .schema import Array, Boolean, DateTime, Integer, Object, String, Uuid

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .context import api
+from .app_state import api
 from .operations import operation
 from .render import json_response
 from .schema import Array, DateTime, Integer, Name, Number, Object, String

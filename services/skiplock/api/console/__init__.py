@@ -16,7 +16,7 @@ from __future__ import annotations
 from flask import Flask
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from ..context import KEY
+from ..app_state import KEY
 from .session import Sessions
 
 PREFIX = "/ui"

@@ -25,7 +25,7 @@ from ...engine.model import STATES, uuid7
 from .. import refusals
 from ..audit import record_refusal
 from ..auth import ANONYMOUS, rank
-from ..context import api
+from ..app_state import api
 from ..deliveries import DELIVERY_STATES
 from ..schema import parse_query
 from .session import Sessions

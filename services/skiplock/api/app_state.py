@@ -12,7 +12,7 @@ from ..engine.settings import Settings
 from ..engine.store import Store
 from .auth import Authenticator
 from .limits import Limits
-from .metrics import ApiMetrics
+from .request_metrics import ApiMetrics
 
 KEY = "skiplock"
 
