@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--concurrency", type=int, help="tasks run at once (SKIPLOCK_CONCURRENCY)")
     w.add_argument("--tasks", help="comma-separated handler modules (SKIPLOCK_TASKS)")
 
-    sub.add_parser("scheduler", help="fire due schedules, reap expired leases, export queue gauges")
+    sub.add_parser("scheduler", help="fire due schedules, reclaim expired leases, export queue gauges")
 
     api = sub.add_parser("api", help="the HTTP API under gunicorn")
     api.add_argument("--bind", default="0.0.0.0:8080", help="HOST:PORT to listen on (default 0.0.0.0:8080)")

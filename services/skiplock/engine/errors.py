@@ -88,7 +88,7 @@ class DataRefused(DatabaseError):
 
 
 class LeaseLost(SkiplockError):
-    """A fenced write found the claim gone: another worker or the reaper owns the task now."""
+    """A fenced write found the claim gone: another worker or a reclaim owns the task now."""
 
     code = "task.lease_lost"
     status = 409

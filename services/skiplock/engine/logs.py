@@ -28,7 +28,7 @@ current_task: contextvars.ContextVar = contextvars.ContextVar("skiplock_task", d
 
 def log_task_failed(logger: logging.Logger, *, task_id, kind: str, queue: str, attempts: int,
                     error: str | None) -> None:
-    """The one line for a task that failed for good, from the worker or the reaper alike; its
+    """The one line for a task that failed for good, from the worker or a reclaim alike; its
     traceback, if any, is in its 'failed' event. The error is kept on one line."""
     text = (error or "").replace("\r", "\\r").replace("\n", "\\n")
     logger.error("task failed", extra={"task_id": str(task_id), "kind": kind, "queue": queue,

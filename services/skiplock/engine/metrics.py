@@ -54,7 +54,7 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.task_reclaims = Counter("skiplock_task_reclaims_total",
-                                     "Claims whose lease expired and were taken back by the reaper.",
+                                     "Claims whose lease expired and were taken back (reclaimed).",
                                      ["queue"], registry=r)
         self.tasks_claimed = Counter("skiplock_tasks_claimed_total", "Tasks claimed by workers.",
                                      ["queue"], registry=r)

@@ -101,7 +101,7 @@ FROM claimed;
 
 -- name: task_heartbeat
 -- Renews every claim this worker still holds in one statement. A claim missing from the result
--- was lost (reaped, or cancelled and reaped); a row in 'cancelling' tells the handler to stop.
+-- was lost (reclaimed, or cancelled and reclaimed); a row in 'cancelling' tells the handler to stop.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
 ), held AS MATERIALIZED (
@@ -219,9 +219,9 @@ WITH {{_settle_ctes}}
 SELECT id, state FROM settled;
 
 -- name: task_reclaim_expired
--- The reaper. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
+-- The reclaim. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
 -- lease is not the handler's failure) or to 'failed' once the reclaim budget or the deadline is
--- spent; an expired 'cancelling' claim becomes 'cancelled'. SKIP LOCKED: reapers never collide.
+-- spent; an expired 'cancelling' claim becomes 'cancelled'. SKIP LOCKED: reclaims in several replicas never collide.
 WITH expired AS MATERIALIZED (
     SELECT id
     FROM skiplock.tasks
