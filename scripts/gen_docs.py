@@ -139,18 +139,12 @@ def _lookup(data, path: list[str]):
     return data
 
 
+# helm-docs' type names; bool first, since a bool is also an int
+_HELM_TYPES = ((bool, "bool"), (int, "int"), (float, "float"), (list, "list"), (dict, "object"))
+
+
 def _type(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
+    return next((name for kind, name in _HELM_TYPES if isinstance(value, kind)), "string")
 
 
 def _json(value) -> str:
