@@ -160,3 +160,32 @@ def span(ctx, payload):
     time.sleep(float(payload.get("sleep", 0)))
     record(ctx, note="end")
     return None
+
+
+def _executions_so_far(ctx) -> int:
+    return _conn().execute("SELECT count(*) FROM public.executions WHERE task_id = %s",
+                           (ctx.task_id,)).fetchone()[0]
+
+
+@task("t.kill_own_process")
+def kill_own_process(ctx, payload):
+    """Records the execution, then ends its own worker process: `os._exit` (no cleanup, no
+    outcome written) or a segfault through ctypes (payload['how'] == 'segfault')."""
+    record(ctx)
+    if payload.get("how") == "segfault":
+        import ctypes
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    os._exit(3)
+
+
+@task("t.hold_gil")
+def hold_gil(ctx, payload):
+    """On its first execution, sleeps payload['seconds'] inside one C call that keeps the GIL
+    (libc's sleep through ctypes.PyDLL, which does not release it): no other thread of the worker,
+    the keeper's heartbeats included, runs meanwhile. Later executions return at once."""
+    first = _executions_so_far(ctx) == 0
+    record(ctx)
+    if first:
+        import ctypes
+        ctypes.PyDLL(None).sleep(int(payload["seconds"]))
+    return {"pid": os.getpid(), "held_gil": first}
