@@ -121,8 +121,48 @@ class Metrics:
                                                   "Time of one delivery attempt, resolution to response.",
                                                   buckets=_DURATION_BUCKETS, registry=r)
 
+    def watch_pools(self, stats: Callable[[], dict[str, dict[str, int]]]) -> None:
+        """Export the database pools' figures, read from `stats()` ({pool name: psycopg_pool's
+        get_stats(), with our `exhausted` count}) at every scrape."""
+        self.registry.register(_PoolCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PoolCollector:
+    """skiplock_db_pool_*: how full each database pool is and how long borrowers wait. A pool at
+    its maximum with borrowers waiting, or connection attempts failing, is the sign of a
+    connection limit reached (docs/OPERATIONS.md)."""
+
+    _GAUGES = (("connections", "pool_size", "Connections the pool holds (open, or being opened)."),
+               ("connections_max", "pool_max", "The most connections the pool may hold."),
+               ("connections_idle", "pool_available", "Open connections not lent right now."),
+               ("requests_waiting", "requests_waiting", "Borrowers waiting for a connection now."))
+    _COUNTERS = (("wait_seconds", "requests_wait_ms", 0.001,
+                  "Time borrowers spent waiting for a connection."),
+                 ("exhausted", "exhausted", 1,
+                  "Borrowers that gave up: no connection came within the pool's timeout."),
+                 ("connect_errors", "connections_errors", 1,
+                  "Attempts to open a connection that failed (refused, too many clients, ...)."))
+
+    def __init__(self, stats: Callable[[], dict[str, dict[str, int]]]):
+        self._stats = stats
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self._stats()
+        for name, key, help_text in self._GAUGES:
+            family = GaugeMetricFamily(f"skiplock_db_pool_{name}", help_text, labels=["pool"])
+            for pool, figures in stats.items():
+                family.add_metric([pool], figures.get(key, 0))
+            yield family
+        for name, key, scale, help_text in self._COUNTERS:
+            family = CounterMetricFamily(f"skiplock_db_pool_{name}", help_text, labels=["pool"])
+            for pool, figures in stats.items():
+                family.add_metric([pool], figures.get(key, 0) * scale)
+            yield family
 
 
 def listen_failure(host: str, port: int, exc: OSError) -> str:

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
+import random
 import re
+import time
 from pathlib import Path
 
 import psycopg
 
-from .errors import ConfigError, MigrationError
+from .errors import ConfigError, DatabaseUnavailable, MigrationError
 from .queries import qualify
 from .store import connect
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Arbitrary constant shared by every skiplock migrator; combined with the schema name.
 _LOCK_CLASS = 0x5C1F
+
+log = logging.getLogger("skiplock.migrate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +90,38 @@ def pending(url: str, schema: str = "skiplock") -> list[Migration]:
     return [m for m in available if m.version not in applied]
 
 
+def slots_exhausted(exc: BaseException) -> bool:
+    """Postgres refused a connection because max_connections is reached (SQLSTATE 53300: "too
+    many clients already", or "remaining connection slots are reserved" for superusers)."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if getattr(cause, "sqlstate", None) == "53300":
+        return True
+    # a refused connection has no result, so no SQLSTATE: Postgres's words are all there is
+    return any(words in str(exc) for words in _SLOTS_EXHAUSTED)
+
+
+_SLOTS_EXHAUSTED = ("too many clients already", "remaining connection slots are reserved")
+
+
 def require_current(url: str, schema: str = "skiplock") -> None:
-    """What every role checks before it starts: refuse a database with pending migrations."""
-    waiting = pending(url, schema)
+    """What every role checks before it starts: refuse a database with pending migrations.
+
+    A database without a free connection slot is waited for, with backoff and one log line: the
+    pods an autoscaler adds meet that first, and exiting would only add a crash loop to the
+    shortage. Any other connection failure is raised (a wrong URL fails the start at once)."""
+    failures = 0
+    while True:
+        try:
+            waiting = pending(url, schema)
+            break
+        except DatabaseUnavailable as exc:
+            if not slots_exhausted(exc):
+                raise
+            if not failures:
+                log.warning("Postgres has no free connection slot (max_connections reached); waiting for one "
+                            "before starting", extra={"error": " ".join(str(exc).split())[:300]})
+            failures += 1
+            time.sleep(random.uniform(0.5, min(10.0, 0.5 * 2**failures)))
     if waiting:
         raise ConfigError(f"database schema {schema!r} is not migrated ({len(waiting)} pending, "
                           f"first {waiting[0].path.name}): run `skiplock migrate`")
