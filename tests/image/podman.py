@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from tests.image.packaging import run
-from tests.support.harness import ROOT
+from tests.support.harness import ROOT, child_environment
 
 PRODUCTION_BASE = "docker.io/library/python:3.11-slim-bookworm"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -63,7 +63,7 @@ class Podman:
                                                nproc=_at_most(resource.RLIMIT_NPROC, 4096)))
         registries = workdir / "registries.conf"
         registries.write_text(f'[[registry]]\nlocation = "{insecure_registry}"\ninsecure = true\n')
-        self.env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_REGISTRIES_CONF": str(registries)}
+        self.env = {**child_environment(), "CONTAINERS_CONF": str(conf), "CONTAINERS_REGISTRIES_CONF": str(registries)}
 
     def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
         return self.argv(["podman", *args], timeout=timeout, check=check)

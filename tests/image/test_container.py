@@ -56,7 +56,8 @@ def podman(tmp_path_factory, registry):
 @pytest.fixture(scope="module")
 def image(podman, registry):
     """The image, built and pushed once for this module by the README's own build and push lines,
-    from the checkout, to a registry of the test's own; removed afterwards."""
+    from the checkout, to a registry of the test's own; removed afterwards. Under xdist one worker
+    runs the whole module (tests/support/parallel.py ONE_WORKER_MODULES)."""
     base = podman.base_image()
     reason = podman.unusable(base)
     if reason:

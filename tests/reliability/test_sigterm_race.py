@@ -24,7 +24,7 @@ WATCHDOG_SECONDS = 30  # a round takes well under a second; a stuck one is a dea
 
 
 def test_sigterm_never_deadlocks_the_claim_loop(db_url):
-    env = {**os.environ, "PYTHONPATH": str(harness.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**harness.child_environment(), "PYTHONPATH": str(harness.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "SKIPLOCK_LOG_LEVEL": "WARNING"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.reliability.sigterm_race_driver", db_url, str(ROUNDS_SECONDS),

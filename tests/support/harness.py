@@ -12,6 +12,23 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ENV_PREFIX = "SKIPLOCK_"
+
+
+def scrub_environment(environ, keep=()) -> None:
+    """Remove every SKIPLOCK_* variable but those in `keep` from `environ` (os.environ, or a dict
+    for a child)."""
+    for name in [k for k in environ if k.startswith(ENV_PREFIX) and k not in keep]:
+        del environ[name]
+
+
+def child_environment(**extra) -> dict[str, str]:
+    """os.environ without any SKIPLOCK_* variable, plus `extra`: what a spawned process starts from
+    (a test names every SKIPLOCK_* setting its process gets)."""
+    env = dict(os.environ)
+    scrub_environment(env)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
 
 SUPPORT_SCHEMA = """
 CREATE TABLE public.executions (
@@ -97,7 +114,7 @@ class ProcessGroup:
               command: str = "worker") -> Proc:
         port = free_port()
         full_env = {
-            **os.environ,
+            **child_environment(),
             "SKIPLOCK_DATABASE_URL": db_url,
             "SKIPLOCK_METRICS_PORT": str(port),
             "SKIPLOCK_LOG_FORMAT": "json",
