@@ -18,7 +18,7 @@ from typing import Any
 from .engine import migrate as migrations
 from .engine import store as store_mod
 from .engine.errors import ConfigError, InvalidInput, MigrationError
-from .engine.settings import SCHEMA_RE, EnvReader
+from .engine.settings import SCHEMA_RE, EnvReader, check_pooler
 from .engine.model import TaskSpec
 from .engine.store import Connection
 
@@ -37,6 +37,12 @@ def _max_payload() -> int:
     if limit < 1:
         raise ConfigError(f"SKIPLOCK_MAX_PAYLOAD_BYTES={limit}: must be >= 1")
     return limit
+
+
+def _pooler() -> str:
+    """SKIPLOCK_DATABASE_POOLER, parsed like every setting: enqueue_many through a transaction
+    pooler must not prepare its statement."""
+    return check_pooler(EnvReader(os.environ).text("DATABASE_POOLER").lower())
 
 
 # Enqueue relies on migration 0007: since it, the database writes a task's 'queued' event and
@@ -78,7 +84,7 @@ def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
         return write(conn_or_url, schema)
     if not isinstance(conn_or_url, str):
         raise InvalidInput("enqueue needs a psycopg Connection or a postgresql:// URL")
-    with store_mod.connect(conn_or_url, autocommit=False) as conn:
+    with store_mod.connect(conn_or_url, autocommit=False, pooler=_pooler()) as conn:
         with store_mod.translated_errors():
             _require_schema(conn, schema)
         ids = write(conn, schema)

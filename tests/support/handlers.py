@@ -19,7 +19,10 @@ _local = threading.local()
 def _conn() -> psycopg.Connection:
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        conn = _local.conn = psycopg.connect(os.environ["SKIPLOCK_DATABASE_URL"], autocommit=True)
+        # behind a transaction pooler a handler's own connection must not prepare either
+        never_prepare = os.environ.get("SKIPLOCK_DATABASE_POOLER") == "transaction"
+        conn = _local.conn = psycopg.connect(os.environ["SKIPLOCK_DATABASE_URL"], autocommit=True,
+                                             **({"prepare_threshold": None} if never_prepare else {}))
     return conn
 
 

@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
         app.register_blueprint(importlib.import_module(f"{__package__}.{name}").bp)
     # every statement of the API's pool, its reads above all, is cut at the statement timeout (503)
     store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
-                  statement_timeout=settings.api_statement_timeout_seconds).open()
+                  statement_timeout=settings.api_statement_timeout_seconds, pooler=settings.database_pooler).open()
     app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics(),
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
                                      limits=Limits(settings))

@@ -94,7 +94,12 @@ def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4
     started = False
     try:
         store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min,
-                      max_size=pool_max, name=name, worker_connections=worker_connections).open()
+                      max_size=pool_max, name=name, worker_connections=worker_connections,
+                      pooler=settings.database_pooler,
+                      # a role that heard nothing for a whole lease has lost its claims: waiting
+                      # longer on a silent connection helps no one
+                      reply_timeout=settings.lease_seconds).open()
+        metrics.watch_pools(store.db.pool_stats)
         try:
             if prepare is not None:
                 prepare(store)

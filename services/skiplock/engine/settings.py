@@ -28,6 +28,9 @@ SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # Kubernetes object names: a pod's is a DNS subdomain, a namespace's a DNS label
 _POD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# SKIPLOCK_DATABASE_POOLER: what the roles' connections go through (engine/store/connection.py
+# pooler_options says what a transaction pooler rules out)
+POOLERS = ("none", "session", "transaction")
 # API roles, weakest first: each can do what the ones before it can
 API_ROLES = ("reader", "submitter", "admin")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -57,9 +60,19 @@ def check_name(what: str, value: object, variable: str | None = None) -> str:
     raise InvalidInput(message)
 
 
+def check_pooler(value: str) -> str:
+    """SKIPLOCK_DATABASE_POOLER's value, or ConfigError."""
+    if value not in POOLERS:
+        raise ConfigError(f"SKIPLOCK_DATABASE_POOLER={value!r}: must be one of {', '.join(POOLERS)}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    database_pooler: str = "none"
+    listen: bool = True
+    listen_database_url: str | None = None
     db_schema: str = "skiplock"
     tasks: tuple[str, ...] = ()
     queues: tuple[str, ...] = ("default",)
@@ -194,6 +207,7 @@ class Settings:
                                 ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0: no limit)")
+        check_pooler(self.database_pooler)
         if self.api_auth not in ("enabled", "disabled"):
             raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
         if self.log_format not in ("json", "text"):
@@ -235,6 +249,9 @@ class Settings:
         lease = env.number("LEASE_SECONDS")
         values = dict(
             database_url=env.text("DATABASE_URL"),
+            database_pooler=env.text("DATABASE_POOLER").lower(),
+            listen=env.boolean("LISTEN"),
+            listen_database_url=env.text("LISTEN_DATABASE_URL"),
             db_schema=env.text("DB_SCHEMA"),
             tasks=env.names("TASKS"),
             queues=env.names("QUEUES"),
@@ -415,6 +432,16 @@ VARIABLES: tuple[Variable, ...] = (
     # the contract's variables first, in docs/CONTRACT.md's order
     Variable("DATABASE_URL", None, "libpq URL", _ANY, shown="— (required outside `dev`)",
              contract=True, readme=True),
+    Variable("DATABASE_POOLER", "none", "what the URL reaches: `none` (Postgres), `session` (a pooler in session "
+             "mode) or `transaction` (a pooler in transaction mode: no prepared statements, no session settings, "
+             "so no generic plans for the worker's claims and no per-session statement timeout)", _ANY,
+             more="a worker behind a transaction pooler needs `SKIPLOCK_LISTEN=false` or "
+             "`SKIPLOCK_LISTEN_DATABASE_URL`; docs/OPERATIONS.md says what it costs", contract=True),
+    Variable("LISTEN", True, "a worker holds a LISTEN connection and claims as soon as work is notified; `false`: "
+             "it only polls, every `SKIPLOCK_POLL_SECONDS`", _WORKER, contract=True),
+    Variable("LISTEN_DATABASE_URL", None, "libpq URL of the worker's LISTEN connection, where it differs from "
+             "`SKIPLOCK_DATABASE_URL` (a direct one, when that URL is a transaction pooler's)", _WORKER,
+             shown="`SKIPLOCK_DATABASE_URL`", contract=True),
     Variable("TASKS", (), "comma-separated modules that define task handlers; imported by the worker, the "
              "current directory searched first", _WORKER, more="`--tasks` overrides it", contract=True,
              readme=True),

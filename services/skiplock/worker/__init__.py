@@ -9,10 +9,11 @@ def main(settings) -> int:
     from ..engine.errors import ConfigError
     from ..engine.registry import REGISTRY, import_task_modules
     from ..engine.lifecycle import run_role
-    from .worker import Worker
+    from .worker import Worker, WorkerConfig
 
     logs.setup(settings.log_format, settings.log_level)
     url = settings.require_database_url()
+    WorkerConfig.from_settings(settings)  # a refused combination of settings fails before connecting
     from ..engine import migrate
 
     migrate.require_current(url, settings.db_schema)

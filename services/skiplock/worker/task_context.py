@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine.errors import InvalidInput
 from ..engine.model import ClaimedTask
+from ..engine.store import wait_unbounded
 
 
 class TaskContext:
@@ -72,6 +73,7 @@ class TaskContext:
         pool_cm = self._store.connection()
         conn = pool_cm.__enter__()
         try:
+            wait_unbounded(conn)  # the handler's statements take as long as they take
             conn.autocommit = False
         except Exception:
             pool_cm.__exit__(None, None, None)

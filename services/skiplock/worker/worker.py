@@ -10,7 +10,8 @@ Threads, each with one job and one module:
   keeper                        - keeper.py: heartbeats every claim in one statement, enforces
                                   timeouts, runs the reclaim fallback, and renews this worker's
                                   registry row on the heartbeat's period (registration.py);
-  listener                      - listener.py: the LISTEN connection;
+  listener                      - listener.py: the LISTEN connection (none with SKIPLOCK_LISTEN=false:
+                                  the claimer then polls);
   pod-cost                      - pod_cost.py: when SKIPLOCK_POD_DELETION_COST is on, keeps the pod's
                                   deletion cost near the in-flight count.
 Shared state has one owner: slots.py holds the runs, the busy count and the claimer's wake-up;
@@ -30,6 +31,7 @@ import socket
 import time
 import uuid
 
+from ..engine.errors import ConfigError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.registry import REGISTRY, Registry
@@ -61,14 +63,22 @@ class WorkerConfig:
     max_reclaims: int
     claim_batch: int
     stuck_grace_seconds: float
+    listen: bool = True               # False: no LISTEN connection, a claim every poll interval
+    listen_url: str | None = None     # None: the store's own URL
 
     @classmethod
     def from_settings(cls, s: Settings) -> "WorkerConfig":
+        if s.listen and not s.listen_database_url and s.database_pooler == "transaction":
+            # the pooler would hand the LISTEN to a server connection and then give that to others
+            raise ConfigError("SKIPLOCK_DATABASE_POOLER=transaction: a worker cannot LISTEN through a "
+                              "transaction pooler; set SKIPLOCK_LISTEN=false (poll only) or "
+                              "SKIPLOCK_LISTEN_DATABASE_URL to a direct URL of the database")
         return cls(queues=s.queues, concurrency=s.concurrency, lease_seconds=s.lease_seconds,
                    heartbeat_seconds=s.heartbeat_seconds, shutdown_grace_seconds=s.shutdown_grace_seconds,
                    poll_seconds=s.poll_seconds, reclaim_seconds=s.reaper_seconds,
                    max_reclaims=s.max_reclaims, claim_batch=s.claim_batch or s.concurrency,
-                   stuck_grace_seconds=s.stuck_grace_seconds)
+                   stuck_grace_seconds=s.stuck_grace_seconds, listen=s.listen,
+                   listen_url=s.listen_database_url)
 
 
 class Worker:
@@ -132,8 +142,10 @@ class Worker:
         self.keeper.start()
         if self.pod_cost is not None:
             self._threads.append(self.pod_cost.start(self.stop.requested))
-        self.listener = Listener(self.store.url, self.store.channel, self.claimer.on_notify, self.stop.requested,
-                                 healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
+        if self.config.listen:
+            self.listener = Listener(self.config.listen_url or self.store.url, self.store.channel,
+                                     self.claimer.on_notify, self.stop.requested,
+                                     healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
         return self
 
     def run(self) -> int:

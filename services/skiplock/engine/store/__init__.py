@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import psycopg
 
 from .audit import AuditStore
-from .connection import Connection, Database, connect, translated_errors
+from .connection import Connection, Database, connect, translated_errors, wait_unbounded
 from .copy import COPY_THRESHOLD, copy_many
 from .schedules import DueSchedule, ScheduleStore
 from .tasks import ReclaimedTask, TaskStore, task_insert
@@ -24,18 +24,22 @@ from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
 from .workers import WorkerRecord, WorkerStore
 
 __all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "ReclaimedTask", "Store",
-           "WebhookEndpoint", "WorkerRecord", "connect", "copy_many", "task_insert", "translated_errors"]
+           "WebhookEndpoint", "WorkerRecord", "connect", "copy_many", "task_insert", "translated_errors", "wait_unbounded"]
 
 
 class Store:
     """Pooled access for the roles. Thread-safe: each call borrows a connection."""
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
-                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None):
+                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
+                 pooler: str = "none", reply_timeout: float | None = None):
         """`worker_connections`: give task_claim and task_settle a connection each of their own,
-        on which those statements run with generic plans (see connection.Database)."""
+        on which those statements run with generic plans (see connection.Database); `pooler`:
+        SKIPLOCK_DATABASE_POOLER (settings.POOLERS); `reply_timeout`: the longest wait for an
+        answer of Postgres (connection.AnsweringConnection)."""
         self._rooms(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
-                             worker_connections=worker_connections, statement_timeout=statement_timeout))
+                             worker_connections=worker_connections, statement_timeout=statement_timeout,
+                             pooler=pooler, reply_timeout=reply_timeout))
 
     def _rooms(self, db: Database) -> None:
         self.db = db

@@ -11,8 +11,9 @@ import dataclasses
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -22,18 +23,31 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .. import queries
 from ..errors import DatabaseError, DatabaseUnavailable, DataRefused, MigrationError, StatementTimeout
+from ..settings import POOLERS
 
 log = logging.getLogger("skiplock.store")
 
-# libpq keepalives: a silently dead peer (half-open TCP) is noticed in about a minute.
+# libpq keepalives: a silently dead peer (half-open TCP) is noticed in about a minute. A path that
+# still acknowledges but forwards nothing (a hung proxy) needs the roles' reply timeout as well
+# (AnsweringConnection).
 KEEPALIVES = dict(keepalives=1, keepalives_idle=20, keepalives_interval=5, keepalives_count=3,
                   tcp_user_timeout=30_000)
 
 
-def connect(url: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+def pooler_options(pooler: str) -> dict:
+    """The psycopg connection options for `pooler` (SKIPLOCK_DATABASE_POOLER). Behind a pooler in
+    transaction mode (PgBouncer's pool_mode=transaction), consecutive transactions of one client
+    connection may run on different server connections, so nothing may outlive a transaction: no
+    server-side prepared statement (psycopg prepares a query from its prepare_threshold-th use, and
+    the next transaction's server has never seen it), no session setting, no LISTEN."""
+    return {"prepare_threshold": None} if pooler == "transaction" else {}
+
+
+def connect(url: str, *, autocommit: bool = True, pooler: str = "none", **kwargs) -> psycopg.Connection:
     """A connection of our own (listener, migrations, one-off enqueue)."""
     try:
-        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES, **kwargs)
+        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES,
+                               **pooler_options(pooler), **kwargs)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
 
@@ -167,36 +181,136 @@ def _set_statement_timeout(milliseconds: int, conn: psycopg.Connection) -> None:
     conn.execute(f"SET statement_timeout = {int(milliseconds)}")
 
 
+# How long one wait for a pooled connection lasts before the pool is asked again. A pool whose
+# connections all broke (a failover, a restart) replaces them in the background, once each: an
+# attempt that fails while no server accepts writes is not retried, and a caller already waiting
+# would wait out its whole timeout after the new primary is up. Asking again starts a new attempt,
+# so a role is back within about this long of the database accepting connections.
+_BORROW_SLICE = 0.5
+
+
+def _borrow(lent: ExitStack, pool: ConnectionPool, timeout: float, exhausted: dict[str, int]
+            ) -> psycopg.Connection:
+    """A connection of `pool`, returned when `lent` closes; waits up to `timeout` in slices.
+    A borrower that gives up is counted in `exhausted` and told what the pool holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return lent.enter_context(pool.connection(timeout=max(0.001, min(_BORROW_SLICE, remaining))))
+        except PoolTimeout as exc:
+            if remaining <= _BORROW_SLICE:
+                exhausted[pool.name] = exhausted.get(pool.name, 0) + 1
+                raise DatabaseUnavailable(_exhausted_message(pool, timeout)) from exc
+
+
+def _exhausted_message(pool: ConnectionPool, timeout: float) -> str:
+    """Why no connection came: every one lent out, or Postgres refusing more (its words)."""
+    stats = pool.get_stats()
+    text = (f"no database connection available within {timeout:g} s: pool {pool.name!r} holds "
+            f"{stats.get('pool_size', 0)} of at most {pool.max_size}, none free")
+    if pool.last_connect_error and stats.get("pool_size", 0) < pool.max_size:
+        text += f"; opening another failed: {pool.last_connect_error}"
+    return text
+
+
+class AnsweringConnection(psycopg.Connection):
+    """A connection that waits for each answer of Postgres at most `reply_timeout` seconds (None:
+    as long as it takes). TCP keepalives and tcp_user_timeout catch a peer that is gone, but not
+    a path that still acknowledges and forwards nothing: a hung proxy or pooler in between, which
+    a role would wait on forever. After the timeout the connection is closed (it is mid-exchange
+    and cannot be resumed) and the caller sees a DatabaseUnavailable."""
+
+    reply_timeout: float | None = None
+
+    def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
+        bound = self.reply_timeout
+        if timeout is not None or bound is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, bound)
+        except psycopg.errors._WaitTimeout:  # psycopg's own "no answer in time" (notifies() uses it)
+            self.pgconn.finish()
+            raise psycopg.OperationalError(f"Postgres did not answer within {bound:g} s; the connection is "
+                                           "closed (a network path to it that went silent?)") from None
+
+
+def wait_unbounded(conn: psycopg.Connection) -> None:
+    """Let `conn` wait for Postgres as long as it takes until it is back in its pool: a handler's
+    own transaction, whose statements may legitimately run long."""
+    conn.reply_timeout = None
+
+
+def _bounded_again(conn: psycopg.Connection) -> None:
+    """A connection back in its pool: its class's reply timeout again."""
+    conn.__dict__.pop("reply_timeout", None)
+
+
+class _Pool(ConnectionPool):
+    """A ConnectionPool that keeps the reason of its last failed connection attempt, for the
+    error a borrower that gives up sees ("too many clients already" names the cause; a pool
+    timeout alone does not). psycopg_pool logs the attempt, but not where a handler's error is."""
+
+    last_connect_error: str | None = None
+
+    def _connect(self, timeout: float | None = None):
+        try:
+            conn = super()._connect(timeout)
+        except psycopg.Error as exc:
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            self.last_connect_error = (lines[-1] if lines else type(exc).__name__).strip()[:300]
+            raise
+        self.last_connect_error = None
+        return conn
+
+
 class Database:
     """Pooled connections for one schema. Thread-safe: each call borrows a connection. Creating
     one opens nothing; `open()` starts the pools."""
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
-                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None):
+                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
+                 pooler: str = "none", reply_timeout: float | None = None):
         """`worker_connections`: give task_claim and task_settle a connection each of their own
         (a worker claims on one while its writer writes outcomes on the other), on which those
         statements run with generic plans (see use_generic_plans). Without: they share the pool.
         `statement_timeout` (seconds): Postgres cancels a statement of the pool's that runs longer
-        (StatementTimeout); None leaves the server's setting."""
+        (StatementTimeout); None leaves the server's setting. `pooler` (one of POOLERS): behind a
+        transaction pooler no statement is prepared and no session setting is made, so neither
+        generic plans nor the statement timeout apply (the timeout is then the database role's).
+        `reply_timeout` (seconds): the longest wait for one answer of Postgres before the
+        connection is given up (AnsweringConnection); None: as long as TCP keeps it."""
+        if pooler not in POOLERS:
+            raise ValueError(f"pooler {pooler!r}: must be one of {', '.join(POOLERS)}")
         self.url = url
         self.schema = schema
         self.channel = f"skiplock_{schema}"
         self.sql = queries.load(schema)
-        kwargs = dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}", **KEEPALIVES)
+        self.pooler = pooler
+        kwargs = dict(autocommit=True, connect_timeout=10, application_name=f"skiplock-{name}", **KEEPALIVES,
+                      **pooler_options(pooler))
         configure = None
-        if statement_timeout is not None:
+        if statement_timeout is not None and pooler == "transaction":
+            # a SET would stay on whichever server connection ran it, for other clients to inherit
+            log.warning("behind a transaction pooler the statement timeout is not set per session: set it "
+                        "on the database role instead (ALTER ROLE ... SET statement_timeout)",
+                        extra={"pool": name, "statement_timeout_seconds": statement_timeout})
+        elif statement_timeout is not None:
             # set per session when the pool connects, not in the URL's options, which it may carry
             milliseconds = max(1, round(statement_timeout * 1000))
             configure = functools.partial(_set_statement_timeout, milliseconds)
-        self.pool: ConnectionPool | None = ConnectionPool(
+        answering = type("AnsweringConnection", (AnsweringConnection,), {"reply_timeout": reply_timeout})
+        self.pool: ConnectionPool | None = _Pool(
             url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15, kwargs=kwargs,
-            reconnect_timeout=0, configure=configure)
+            reconnect_timeout=0, configure=configure, connection_class=answering, reset=_bounded_again)
         self.claim_pool = self.outcome_pool = None
+        self.exhausted: dict[str, int] = {}  # by pool name: borrowers that gave up (pool_stats)
         if worker_connections:
             self.claim_pool, self.outcome_pool = (
-                ConnectionPool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
+                _Pool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
                                reconnect_timeout=0, configure=functools.partial(self._configure_worker_connection, use),
-                               num_workers=1, kwargs={**kwargs, "application_name": f"skiplock-{name}-{use}"})
+                               num_workers=1, kwargs={**kwargs, "application_name": f"skiplock-{name}-{use}"},
+                               connection_class=answering)
                 for use in ("claims", "outcomes"))
 
     def _configure_worker_connection(self, use: str, conn: psycopg.Connection) -> None:
@@ -205,7 +319,12 @@ class Database:
         backend's first run of one of these statements reads its catalogs and plans it, which
         costs milliseconds (tests/benchmarks/RESULTS.md). Done in the pool's thread while the
         worker starts (and after a reconnect, before the connection is lent), it is off the
-        first claim's path."""
+        first claim's path. Behind a transaction pooler, neither: the settings would not stay
+        with this connection, and the planning a warm-up saves is done again on every call."""
+        if self.pooler == "transaction":
+            if use == "claims":
+                conn.adapters.register_loader("jsonb", JsonbLoader)
+            return
         use_generic_plans(conn)
         if use == "claims":
             conn.adapters.register_loader("jsonb", JsonbLoader)
@@ -223,6 +342,11 @@ class Database:
     def _pools(self) -> list[ConnectionPool]:
         return [p for p in (self.claim_pool, self.outcome_pool, self.pool) if p is not None]
 
+    def pool_stats(self) -> dict[str, dict[str, int]]:
+        """Each pool's figures by its name: psycopg_pool's get_stats(), and `exhausted`, the
+        borrowers that gave up waiting (the pool metrics, engine/metrics.py)."""
+        return {p.name: {**p.get_stats(), "exhausted": self.exhausted.get(p.name, 0)} for p in self._pools()}
+
     def open(self, wait: bool = False) -> None:
         for pool in reversed(self._pools()):
             pool.open(wait=wait, timeout=15)
@@ -236,11 +360,11 @@ class Database:
                    ) -> Iterator[psycopg.Connection]:
         """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s); every
         psycopg error inside surfaces as a skiplock error (see translated_errors)."""
-        try:
-            with translated_errors(), (pool or self.pool).connection(timeout=timeout) as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+        pool = pool or self.pool
+        with ExitStack() as lent:
+            lent.enter_context(translated_errors())
+            conn = _borrow(lent, pool, pool.timeout if timeout is None else timeout, self.exhausted)
+            yield conn
 
     def fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None) -> list[tuple]:
         """All rows of statement `name`, as tuples."""
