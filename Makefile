@@ -47,7 +47,8 @@ reliability: $(TEST_STAMP) tools
 tools:
 	@scripts/install-test-tools
 
-## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop (report only)
+## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop (report only),
+## on a throwaway Postgres with default settings (autovacuum on) unless SKIPLOCK_TEST_DATABASE_URL names one
 bench: $(DEV_STAMP)
 	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
 	$(PY) -m tests.benchmarks.run

@@ -45,7 +45,11 @@ from tests.benchmarks import latency as latency_mod
 from tests.benchmarks import systems as systems_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# A server of the run's own unless one is named: Postgres's defaults, autovacuum on, fsync on, as a
+# production server runs (the suite's shared server runs with autovacuum off). Only max_connections
+# is raised, for the peers' worker pools side by side.
+BENCH_SERVER_SETTINGS = {"fsync": True, "synchronous_commit": True, "full_page_writes": True,
+                         "autovacuum": True, "max_connections": 200}
 ALL_SYSTEMS = ["skiplock", "pgqueuer", "procrastinate", "raw"]
 POLL_INTERVAL = 0.1
 
@@ -818,6 +822,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="SKIPLOCK_CLAIM_BATCH for the skiplock worker (0: the engine's default, "
                              "as many as free slots)")
     parser.add_argument("--raw-batch-size", type=int, default=100)
+    parser.add_argument("--server", metavar="URL", default=os.environ.get("SKIPLOCK_TEST_DATABASE_URL"),
+                        help="measure on this server (default $SKIPLOCK_TEST_DATABASE_URL; unset: a throwaway "
+                             "cluster of the run's own with Postgres's default settings)")
     parser.add_argument("--json", metavar="PATH", help="also write all numbers and notes as JSON")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the worker/producer logs directory (printed at the end)")
@@ -868,8 +875,23 @@ def main(argv: list[str] | None = None) -> int:
         api_batch_size=args.api_batch_size,
         api_batch_clients=args.api_batch_clients,
     )
-    server_url = os.environ.get("SKIPLOCK_TEST_DATABASE_URL") or DEFAULT_URL
+    cluster = None
+    if args.server:
+        server_url = args.server
+    else:
+        from tests.pgcluster import ThrowawayCluster
 
+        cluster = ThrowawayCluster(settings=BENCH_SERVER_SETTINGS)
+        print("starting a throwaway Postgres with default settings (--server to name one)", file=sys.stderr)
+        server_url = cluster.start().url
+    try:
+        return _measure(args, opts, order, tasks, server_url)
+    finally:
+        if cluster is not None:
+            cluster.cleanup()
+
+
+def _measure(args: argparse.Namespace, opts: Options, order: list[str], tasks: int, server_url: str) -> int:
     # SIGTERM to the orchestrator unwinds like Ctrl-C, so workers are stopped and databases dropped.
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
