@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
-
-import psycopg
 
 import skiplock
 from skiplock.engine.model import Settlement
 from skiplock.engine.store import Store
 from skiplock.engine.store.tasks import settle_params
+from tests.support.plans import explain_prepared
 
 
 def test_sixteen_threads_claim_twenty_thousand_tasks_each_exactly_once(db_url, db):
@@ -89,27 +87,6 @@ def test_claim_reports_wait_and_attempt(store, db_url):
     assert 0 <= task.waited_seconds < 60
 
 
-def _explain_prepared(conn, params: dict, sql: str) -> tuple[str, int, int]:
-    """EXPLAIN the statement psycopg prepared on `conn` from `sql`, with `params`; returns
-    (plan text, generic plans, custom plans) as Postgres counted them."""
-    prepared = conn.execute("SELECT name, statement, generic_plans, custom_plans, parameter_types::text[] "
-                            "FROM pg_prepared_statements").fetchall()
-    # psycopg sends the text with %(name)s turned into $1, $2, ...
-    pattern = re.escape(re.sub(r"%\((\w+)\)s", "\x00", sql).replace("%%", "%")).replace("\x00", r"\$\d+")
-    rows = [row[:1] + row[2:] for row in prepared if re.fullmatch(pattern, row[1])]
-    assert len(rows) == 1, rows
-    name, generic, custom, types = rows[0]
-    order: list[str] = []  # psycopg numbers the parameters in order of first use
-    for found in re.finditer(r"%\((\w+)\)s", sql):
-        if found.group(1) not in order:
-            order.append(found.group(1))
-    placeholders = ", ".join(f"%s::{t}" for t in types)
-    # EXECUTE's arguments are not typed when EXPLAIN is parsed: bind them client-side
-    plan = psycopg.ClientCursor(conn).execute(f"EXPLAIN (COSTS OFF) EXECUTE {name}({placeholders})",
-                                              [params[n] for n in order]).fetchall()
-    return "\n".join(r[0] for r in plan), generic, custom
-
-
 def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_url, db):
     """The worker's claims and outcomes connections plan their statements once (generic plans):
     a plan made while the table held ten rows must still be the index plan at 5,000 rows."""
@@ -131,7 +108,7 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
 
         for name, pool in (("task_claim", store.db.claim_pool), ("task_settle", store.db.outcome_pool)):
             with store.db.connection(pool=pool) as conn:
-                plan, generic, custom = _explain_prepared(conn, params, store.db.sql[name])
+                plan, generic, custom = explain_prepared(conn, params, store.db.sql[name])
                 assert (generic >= 1, custom) == (True, 0), name
                 assert "Seq Scan" not in plan and "Hash" not in plan and "Merge" not in plan, (name, plan)
                 if name == "task_claim":
