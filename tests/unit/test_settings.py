@@ -40,6 +40,7 @@ def test_secret_from_file(tmp_path):
         ({"SKIPLOCK_DB_SCHEMA": "x; drop"}, "SKIPLOCK_DB_SCHEMA"),
         ({"SKIPLOCK_LOG_FORMAT": "xml"}, "SKIPLOCK_LOG_FORMAT"),
         ({"SKIPLOCK_DATABASE_URL_FILE": "/nonexistent/secret"}, "SKIPLOCK_DATABASE_URL_FILE"),
+        ({"SKIPLOCK_READ_MAX_LAG_SECONDS": "0"}, "SKIPLOCK_READ_MAX_LAG_SECONDS=0"),
     ],
 )
 def test_bad_values_name_the_variable(env, fragment):

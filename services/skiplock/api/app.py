@@ -29,6 +29,7 @@ from .auth import Authenticator
 from .console import mount_console
 from .app_state import KEY, ApiContext, api
 from .limits import Limits
+from .replica import BORROW_TIMEOUT, Replica
 from .request_metrics import ApiMetrics
 from .render import error_response
 from .schema import parse_json, parse_query, read_body, type_name
@@ -55,9 +56,10 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     # every statement of the API's pool, its reads above all, is cut at the statement timeout (503)
     store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
                   statement_timeout=settings.api_statement_timeout_seconds, pooler=settings.database_pooler).open()
-    app.extensions[KEY] = ApiContext(settings, store, auth, ApiMetrics(),
+    metrics = ApiMetrics()
+    app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
-                                     limits=Limits(settings))
+                                     limits=Limits(settings), replica=_replica(settings, store, pool_size, metrics))
     app.before_request(_prepare)
     app.after_request(_finish)
     app.teardown_request(_release)
@@ -68,9 +70,25 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     return app
 
 
+def _replica(settings: Settings, primary: Store, pool_size: int, metrics: ApiMetrics) -> Replica | None:
+    """SKIPLOCK_READ_DATABASE_URL's pool, as large as the primary's (replica.py routes the reads).
+    It gives up on a connection sooner than the primary's pool, and on an answer a little after
+    the statement timeout (a silent path to it), so that a replica that is gone costs a read
+    seconds, not the pool's 15 s and TCP's timeouts, before the primary serves it."""
+    if not settings.read_database_url:
+        return None
+    store = Store(settings.read_database_url, settings.db_schema, min_size=1, max_size=pool_size, name="api-read",
+                  statement_timeout=settings.api_statement_timeout_seconds, pooler=settings.database_pooler,
+                  reply_timeout=settings.api_statement_timeout_seconds + 2, borrow_timeout=BORROW_TIMEOUT).open()
+    return Replica(primary, store, settings.read_max_lag_seconds, metrics)
+
+
 def close_app(app: Flask) -> None:
-    """Close the app's pool (gunicorn's worker_exit, tests)."""
-    app.extensions[KEY].store.close()
+    """Close the app's pools (gunicorn's worker_exit, tests)."""
+    ctx = app.extensions[KEY]
+    ctx.store.close()
+    if ctx.replica is not None:
+        ctx.replica.close()
 
 
 def _prepare() -> None:

@@ -1,18 +1,22 @@
 """What every view shares: the settings, the store, the authenticator and the metrics of the app
 serving the request (one per `create_app()`; kept in app.extensions, not in module globals, so
-tests can build several apps side by side)."""
+tests can build several apps side by side), and the store this request's reads go to."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from flask import current_app
+from flask import current_app, g
 
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .auth import Authenticator
 from .limits import Limits
 from .request_metrics import ApiMetrics
+
+if TYPE_CHECKING:
+    from .replica import Replica
 
 KEY = "skiplock"
 
@@ -27,7 +31,15 @@ class ApiContext:
     trusted_proxies: tuple = ()
     limits: Limits | None = None  # submission and large-body limits (None: create_app builds them)
     migrated: bool = False  # /readyz saw no pending migration once; files do not change under a process
+    replica: "Replica | None" = None  # SKIPLOCK_READ_DATABASE_URL's (replica.py); None: every read on the primary
 
 
 def api() -> ApiContext:
     return current_app.extensions[KEY]
+
+
+def reads() -> Store:
+    """The store of this request's reads: the replica's when the route may read there and
+    replica.py chose it for this request, else the primary's (`api().store`)."""
+    store = g.get("reads")
+    return api().store if store is None else store

@@ -14,7 +14,7 @@ from flask import Blueprint, g
 from ..engine.errors import DeliveryNotDead, DeliveryNotFound, InvalidInput, WebhookNotFound
 from ..engine.store import DeliveryRecord
 from .audit import audited
-from .app_state import api
+from .app_state import reads
 from .operations import operation
 from .render import json_response, page, page_response
 from .schema import DateTime, Integer, JsonValue, Object, String, Uuid
@@ -49,6 +49,7 @@ def delivery_json(d: DeliveryRecord) -> dict:
 
 
 @operation(bp, "GET", "/v1/deliveries", summary="List webhook deliveries", role="admin", tag="webhooks",
+           reads="replica",
            query={"state": String(enum=DELIVERY_STATES), "endpoint_id": Uuid("Only this endpoint's."),
                   "limit": Integer(minimum=1, maximum=500, default=50),
                   "cursor": Uuid("next_cursor of the previous page.")},
@@ -58,8 +59,8 @@ def delivery_json(d: DeliveryRecord) -> dict:
            responses={200: ("A page of deliveries.", page("deliveries", DELIVERY))})
 def list_deliveries():
     q = g.query
-    rows = api().store.webhooks.webhook_delivery_list(state=q["state"], endpoint_id=q["endpoint_id"], after=q["cursor"],
-                                       limit=q["limit"] + 1)
+    rows = reads().webhooks.webhook_delivery_list(state=q["state"], endpoint_id=q["endpoint_id"], after=q["cursor"],
+                                                  limit=q["limit"] + 1)
     return page_response("deliveries", rows, q["limit"], delivery_json)
 
 

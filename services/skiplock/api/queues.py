@@ -14,7 +14,7 @@ from ..engine.errors import InvalidInput
 from ..engine.model import STATES
 from ..engine.task_actions import set_paused
 from .audit import current_draft
-from .app_state import api
+from .app_state import api, reads
 from .operations import operation
 from .render import iso, json_response
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object
@@ -48,21 +48,21 @@ PAUSE = {"queue": Object({"queue": Name(), "paused": Boolean()}, required=("queu
          "kind": Object({"kind": Name(), "paused": Boolean()}, required=("kind", "paused"))}
 
 
-@operation(bp, "GET", "/v1/queues", summary="Overview of every queue", role="reader", tag="queues",
+@operation(bp, "GET", "/v1/queues", summary="Overview of every queue", role="reader", tag="queues", reads="replica",
            responses={200: ("The queues.", OVERVIEW)})
 def overview():
-    return json_response(queue_overview(api().store))
+    return json_response(queue_overview(reads()))
 
 
 @operation(bp, "GET", "/v1/queues/throughput", summary="Tasks completed and failed per queue and minute",
-           role="reader", tag="queues",
+           role="reader", tag="queues", reads="replica",
            query={"minutes": Integer("The window, in whole minutes up to now.", minimum=1, maximum=1440,
                                      default=60)},
            description="Counted from the tasks' completed and failed events; tasks deleted by the "
                        "retention no longer count.",
            responses={200: ("Per queue, its outcomes per minute.", THROUGHPUT)}, errors=(InvalidInput,))
 def throughput():
-    return json_response(queue_throughput(api().store, g.query["minutes"]))
+    return json_response(queue_throughput(reads(), g.query["minutes"]))
 
 
 def queue_throughput(store, minutes: int) -> dict:

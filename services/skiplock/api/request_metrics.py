@@ -1,5 +1,6 @@
 """The API's Prometheus metrics: requests by route template, method and status, and their latency;
-refused authentications and authorisations by token name and route.
+refused authentications and authorisations by token name and route; with a read replica, which
+database served the reads and the replica's lag.
 
 Under gunicorn every worker is a process of its own, so `skiplock api` sets
 PROMETHEUS_MULTIPROC_DIR (a fresh directory) before prometheus_client is imported: each worker's
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -36,6 +37,16 @@ class ApiMetrics:
         self.auth_refusals = Counter("skiplock_api_auth_refusals_total",
                                      "Requests refused 401 (no or unknown token) or 403 (role too weak), by token "
                                      "name, route template and status.", ["token", "route", "status"], registry=r)
+        # with SKIPLOCK_READ_DATABASE_URL only (api/replica.py)
+        self.reads = Counter("skiplock_api_reads_total",
+                             "Requests to routes a read replica may serve, by the database that served them "
+                             "(replica, primary) and why (ok; requested, not_replayed, unreachable, lagging).",
+                             ["database", "reason"], registry=r)
+        # each gunicorn worker measures it while reads come; the highest of the live workers' is exported
+        self.replica_lag = Gauge("skiplock_api_replica_lag_seconds",
+                                 "How far the read replica was behind the primary when last measured: the age of the "
+                                 "oldest primary WAL position it had not replayed.", registry=r,
+                                 multiprocess_mode="livemax")
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         labels = (method, route, str(status))

@@ -15,7 +15,7 @@ from ..engine.model import encode_payload
 from ..engine.schedule_actions import apply_schedules, fire_schedule_now
 from ..engine.schedules import Schedule
 from .audit import audited
-from .app_state import api
+from .app_state import api, reads
 from .operations import SMALL_BODY, operation
 from .render import SCHEDULE, iso, json_response, schedule_fields, schedule_json
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object, String, Uuid
@@ -50,11 +50,11 @@ def _validated(fields: dict) -> Schedule:
     return schedule
 
 
-@operation(bp, "GET", "/v1/schedules", summary="List schedules", role="reader", tag="schedules",
+@operation(bp, "GET", "/v1/schedules", summary="List schedules", role="reader", tag="schedules", reads="replica",
            responses={200: ("Every schedule, by name.", Object({"schedules": Array(SCHEDULE)},
                                                                required=("schedules",)))})
 def list_schedules():
-    return json_response({"schedules": [schedule_json(s) for s in api().store.schedules.schedule_list()]})
+    return json_response({"schedules": [schedule_json(s) for s in reads().schedules.schedule_list()]})
 
 
 @operation(bp, "POST", "/v1/schedules", summary="Create a schedule", role="admin", tag="schedules",
@@ -74,9 +74,10 @@ def create_schedule():
 
 
 @operation(bp, "GET", "/v1/schedules/<name>", summary="Read a schedule", role="reader", tag="schedules",
-           path=NAME, responses={200: ("The schedule.", SCHEDULE)}, errors=(InvalidInput, ScheduleNotFound))
+           path=NAME, reads="replica", responses={200: ("The schedule.", SCHEDULE)},
+           errors=(InvalidInput, ScheduleNotFound))
 def get_schedule(name):
-    return json_response(schedule_json(api().store.schedules.schedule_get(name)))
+    return json_response(schedule_json(reads().schedules.schedule_get(name)))
 
 
 @operation(bp, "PATCH", "/v1/schedules/<name>", summary="Change a schedule", role="admin", tag="schedules",
@@ -112,15 +113,16 @@ def delete_schedule(name):
 
 
 @operation(bp, "GET", "/v1/schedules/<name>/fires", summary="A schedule's last decisions, newest first",
-           role="reader", tag="schedules", path=NAME,
+           role="reader", tag="schedules", path=NAME, reads="replica",
            query={"limit": Integer(minimum=1, maximum=500, default=20)},
            description="One per nominal time: fired (with its task), skipped (overlap), buffered or "
                        "missed (catch-up), kept for the fire retention.",
            responses={200: ("The decisions.", Object({"fires": Array(FIRE)}, required=("fires",)))},
            errors=(InvalidInput, ScheduleNotFound))
 def schedule_fires(name):
-    api().store.schedules.schedule_get(name)  # 404 for an unknown name, not an empty list
-    fires = api().store.schedules.schedule_fires_list(name, g.query["limit"])
+    store = reads()
+    store.schedules.schedule_get(name)  # 404 for an unknown name, not an empty list
+    fires = store.schedules.schedule_fires_list(name, g.query["limit"])
     return json_response({"fires": [
         {"nominal_at": iso(nominal_at), "at": iso(at), "lag_seconds": (at - nominal_at).total_seconds(),
          "outcome": outcome, "task_id": None if task_id is None else str(task_id), "detail": detail}

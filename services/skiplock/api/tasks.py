@@ -25,7 +25,7 @@ from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_L
                                    TaskFilter, bulk)
 from ..engine.task_actions import cancel_task as cancel, resume_task as resume
 from .audit import audited, current_draft
-from .app_state import api
+from .app_state import api, reads
 from .operations import SMALL_BODY, operation
 from .render import EVENT, TASK, event_json, iso, json_response, page, page_response, task_json
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid
@@ -173,7 +173,7 @@ def submit_batch():
                           "created": created}, 201 if created else 200)
 
 
-@operation(bp, "GET", "/v1/tasks", summary="List tasks, newest first", role="reader", tag="tasks",
+@operation(bp, "GET", "/v1/tasks", summary="List tasks, newest first", role="reader", tag="tasks", reads="replica",
            query={"queue": Name(), "state": String(enum=STATES), "kind": Name(),
                   "created_after": DateTime("Created at or after this time."),
                   "created_before": DateTime("Created before this time."),
@@ -188,21 +188,21 @@ def list_tasks():
     limit = q.pop("limit")
     task_id = q.pop("id")
     q["ids"] = None if task_id is None else [task_id]
-    return page_response("tasks", api().store.tasks.task_list(**q, limit=limit + 1), limit, task_json)
+    return page_response("tasks", reads().tasks.task_list(**q, limit=limit + 1), limit, task_json)
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>", summary="Read a task", role="reader", tag="tasks", path=TASK_ID,
-           responses={200: ("The task.", TASK)}, errors=(InvalidInput, TaskNotFound))
+           reads="replica", responses={200: ("The task.", TASK)}, errors=(InvalidInput, TaskNotFound))
 def get_task(task_id):
-    return json_response(task_json(api().store.tasks.task_get(task_id)))
+    return json_response(task_json(reads().tasks.task_get(task_id)))
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>/events", summary="A task's events in sequence order", role="reader",
-           tag="tasks", path=TASK_ID,
+           tag="tasks", path=TASK_ID, reads="replica",
            responses={200: ("Every event of the task.", Object({"events": Array(EVENT)}, required=("events",)))},
            errors=(InvalidInput, TaskNotFound))
 def task_events(task_id):
-    store = api().store
+    store = reads()
     events = store.tasks.task_events_list(task_id)
     if not events:  # every task has its 'queued' event: none means no task
         store.tasks.task_get(task_id)

@@ -18,7 +18,7 @@ from ..engine.store import WebhookEndpoint
 from ..engine.webhooks import (ALL_EVENTS, EVENT_TYPES, AddressGuard, check_event_types, check_secret,
                                generate_secret)
 from .audit import audited
-from .app_state import api
+from .app_state import api, reads
 from .operations import operation
 from .render import json_response
 from .schema import Array, Boolean, DateTime, Integer, Object, String, Uuid
@@ -68,11 +68,11 @@ def webhook_json(endpoint: WebhookEndpoint) -> dict:
             "pending": endpoint.pending, "dead": endpoint.dead}
 
 
-@operation(bp, "GET", "/v1/webhooks", summary="List webhook endpoints", role="admin", tag="webhooks",
+@operation(bp, "GET", "/v1/webhooks", summary="List webhook endpoints", role="admin", tag="webhooks", reads="replica",
            responses={200: ("Every endpoint, oldest first; secrets are never listed.",
                             Object({"webhooks": Array(WEBHOOK)}, required=("webhooks",)))})
 def list_webhooks():
-    return json_response({"webhooks": [webhook_json(e) for e in api().store.webhooks.webhook_endpoint_list()]})
+    return json_response({"webhooks": [webhook_json(e) for e in reads().webhooks.webhook_endpoint_list()]})
 
 
 @operation(bp, "POST", "/v1/webhooks", summary="Register a webhook endpoint", role="admin", tag="webhooks",
@@ -95,10 +95,11 @@ def create_webhook():
 
 
 @operation(bp, "GET", "/v1/webhooks/<webhook_id>", summary="Read a webhook endpoint", role="admin",
-           tag="webhooks", path=WEBHOOK_ID, responses={200: ("The endpoint (without its secret).", WEBHOOK)},
+           tag="webhooks", path=WEBHOOK_ID, reads="replica",
+           responses={200: ("The endpoint (without its secret).", WEBHOOK)},
            errors=(InvalidInput, WebhookNotFound))
 def get_webhook(webhook_id):
-    return json_response(webhook_json(api().store.webhooks.webhook_endpoint_get(webhook_id)))
+    return json_response(webhook_json(reads().webhooks.webhook_endpoint_get(webhook_id)))
 
 
 @operation(bp, "DELETE", "/v1/webhooks/<webhook_id>", summary="Delete a webhook endpoint", role="admin",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .app_state import api
+from .app_state import reads
 from .operations import operation
 from .render import json_response
 from .schema import Array, DateTime, Integer, Name, Number, Object, String
@@ -31,9 +31,9 @@ WORKER = Object({
 LISTING = Object({"workers": Array(WORKER, "Every live worker, by host and start time.")}, required=("workers",))
 
 
-@operation(bp, "GET", "/v1/workers", summary="Every live worker", role="reader", tag="workers",
+@operation(bp, "GET", "/v1/workers", summary="Every live worker", role="reader", tag="workers", reads="replica",
            description="A worker registers when it starts, renews its entry with its heartbeat and removes it "
                        "when it exits; the entry of one that died goes after three of its leases.",
            responses={200: ("The workers.", LISTING)})
 def list_workers():
-    return json_response({"workers": [w._asdict() for w in api().store.workers.worker_list()]})
+    return json_response({"workers": [w._asdict() for w in reads().workers.worker_list()]})

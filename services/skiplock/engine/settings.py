@@ -108,6 +108,8 @@ class Settings:
     api_auth: str = "enabled"
     api_trusted_proxies: tuple[str, ...] = ()
     api_statement_timeout_seconds: float = 5.0
+    read_database_url: str | None = None  # the API's replica for its read-only routes (api/replica.py)
+    read_max_lag_seconds: float = 30.0
     api_header_timeout_seconds: float = 10.0
     api_body_timeout_seconds: float = 60.0
     api_max_connections: int = 100
@@ -190,6 +192,8 @@ class Settings:
                     ipaddress.ip_network(net, strict=False)
                 except ValueError:
                     raise ConfigError(f"SKIPLOCK_{variable}: {net!r} is not a CIDR network (e.g. 10.0.0.0/8)") from None
+        if self.read_max_lag_seconds <= 0:
+            raise ConfigError(f"SKIPLOCK_READ_MAX_LAG_SECONDS={self.read_max_lag_seconds:g}: must be > 0")
         if self.api_statement_timeout_seconds <= 0:
             raise ConfigError(f"SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS={self.api_statement_timeout_seconds:g}: "
                               "must be > 0")
@@ -287,6 +291,8 @@ class Settings:
             api_auth=env.text("API_AUTH").lower(),
             api_trusted_proxies=env.names("API_TRUSTED_PROXIES"),
             api_statement_timeout_seconds=env.number("API_STATEMENT_TIMEOUT_SECONDS"),
+            read_database_url=env.text("READ_DATABASE_URL"),
+            read_max_lag_seconds=env.number("READ_MAX_LAG_SECONDS"),
             api_header_timeout_seconds=env.number("API_HEADER_TIMEOUT_SECONDS"),
             api_body_timeout_seconds=env.number("API_BODY_TIMEOUT_SECONDS"),
             api_max_connections=env.integer("API_MAX_CONNECTIONS"),
@@ -519,6 +525,13 @@ VARIABLES: tuple[Variable, ...] = (
              "the client in refusal logs", _API, shown="— (none: the peer's address)", contract=True),
     Variable("API_STATEMENT_TIMEOUT_SECONDS", 5.0, "the longest an API read may run in Postgres; one that takes "
              "longer answers 503 `database.statement_timeout`", _API, contract=True),
+    Variable("READ_DATABASE_URL", None, "libpq URL of a read replica (a streaming standby) for the API's and the "
+             "console's read-only routes; writes, and reads that must see the caller's own writes, stay on "
+             "`SKIPLOCK_DATABASE_URL`. Unset: every read on the primary", _API, shown="— (every read on the primary)",
+             more="while the replica does not answer, or lags more than `SKIPLOCK_READ_MAX_LAG_SECONDS`, those reads "
+             "go to the primary; docs/SCALING.md lists the routes", contract=True),
+    Variable("READ_MAX_LAG_SECONDS", 30.0, "while the replica is further behind the primary than this, the reads "
+             "it would serve go to the primary", _API, contract=True),
     Variable("API_HEADER_TIMEOUT_SECONDS", 10.0, "the longest a client may take to send a request's line and "
              "headers; then the connection is closed", _API, contract=True),
     Variable("API_BODY_TIMEOUT_SECONDS", 60.0, "the longest a client may take to send a request's body (and to "

@@ -31,6 +31,13 @@ COOKIE = "skiplock_console"
 MAX_AGE_SECONDS = 8 * 3600
 
 
+def cookie_options(request: Request) -> dict:
+    """How the console's cookies are set: for the console's paths only, out of scripts' reach,
+    never sent by another site, over HTTPS only when the request came that way."""
+    secure = request.is_secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+    return dict(path=request.script_root + "/", httponly=True, samesite="Strict", secure=secure)
+
+
 class Session(NamedTuple):
     csrf: str
     principal: Principal | None  # None: not signed in (the login form still needs its CSRF token)
@@ -77,9 +84,7 @@ class Sessions:
         data = {"c": session.csrf}
         if session.principal is not None and self.auth_enabled:
             data["n"] = session.principal.name
-        secure = request.is_secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS,
-                            path=request.script_root + "/", httponly=True, samesite="Strict", secure=secure)
+        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS, **cookie_options(request))
 
     @staticmethod
     def csrf_ok(session: Session | None, supplied: str | None) -> bool:

@@ -6,6 +6,10 @@ its endpoint name (`call()`): the view's declared role is checked against the si
 its query is validated with the API's parameter names, and a change commits with the API's audit
 row. No SQL and no store call here. A reader sees no buttons, and a forged POST still meets the
 role check (403).
+
+With a read replica (api/replica.py), the page an action leads to must show the action's effect:
+the action's answer carries the primary's WAL position after it in a cookie, and the pages read
+from the primary until the replica has replayed that far.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ..auth import ANONYMOUS, rank
 from ..app_state import api
 from ..deliveries import DELIVERY_STATES
 from ..schema import parse_query
-from .session import Sessions
+from .session import Sessions, cookie_options
 
 log = logging.getLogger("skiplock.api.console")
 
@@ -56,6 +60,12 @@ SECURITY_HEADERS = {
 # Pages anyone may open without a session (the login form needs only its CSRF token).
 PUBLIC_ENDPOINTS = {"console.login", "console.login_submit", "static"}
 
+# The primary's WAL position after this browser's last action (a decimal byte offset): until the
+# replica has replayed it, the pages read from the primary. A stale or forged value can only send
+# reads to the primary; after this long the pages read where the rule says, whatever the replica.
+WRITTEN_COOKIE = "skiplock_console_written"
+WRITTEN_MAX_AGE_SECONDS = 300
+
 
 def _sessions() -> Sessions:
     return current_app.extensions[SESSIONS]
@@ -81,6 +91,8 @@ def _open() -> Response | None:
         session = g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
     g.session = session
     g.principal = session.principal
+    written = request.cookies.get(WRITTEN_COOKIE, "")
+    g.read_after = int(written) if written.isdigit() and len(written) <= 20 else None
     if request.method == "POST" and not Sessions.csrf_ok(session, request.form.get("csrf")):
         raise Forbidden("the form's CSRF token is missing or stale: reload the page and try again")
     if g.principal is None and request.endpoint not in PUBLIC_ENDPOINTS:
@@ -94,6 +106,11 @@ def _close(response: Response) -> Response:
     new = g.get("new_session")
     if new is not None:
         _sessions().write(response, request, new)
+    if g.get("written_at") is not None:
+        response.set_cookie(WRITTEN_COOKIE, str(g.written_at), max_age=WRITTEN_MAX_AGE_SECONDS,
+                            **cookie_options(request))
+    elif g.get("read_after_replayed"):
+        response.delete_cookie(WRITTEN_COOKIE, **cookie_options(request))
     response.headers.update(SECURITY_HEADERS)
     response.headers["X-Request-Id"] = g.get("request_id", "")
     # counted with the API's requests (skiplock_api_requests_total), by the console's route template
@@ -150,7 +167,11 @@ def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None
     g.query = parse_query(op.query, query if query is not None else MultiDict())
     g.headers = dict.fromkeys(op.headers)
     g.body = None if op.body is None else op.body.parse(body or {}, "")
-    return view(**args).get_json()
+    answer = view(**args).get_json()
+    replica = api().replica
+    if op.method != "GET" and replica is not None:
+        g.written_at = replica.written_position()  # the page this action leads to reads from there on
+    return answer
 
 
 def _filters(names) -> MultiDict:

@@ -1,7 +1,7 @@
 """The one package that talks to Postgres at run time (migrations and the listener aside).
 
-`Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit` and
-`store.workers` are its rooms, one class per table group, each method named after the named
+`Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit`, `store.workers` and
+`store.replication` are its rooms, one class per table group, each method named after the named
 statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
 finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
 psycopg errors become skiplock errors (connection.translated_errors). Decisions belong to the
@@ -18,6 +18,7 @@ import psycopg
 from .audit import AuditStore
 from .connection import Connection, Database, connect, translated_errors, wait_unbounded
 from .copy import COPY_THRESHOLD, copy_many
+from .replication import ReplicationStore
 from .schedules import DueSchedule, ScheduleStore
 from .tasks import ReclaimedTask, TaskStore, task_insert
 from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
@@ -32,14 +33,15 @@ class Store:
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
                  name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
-                 pooler: str = "none", reply_timeout: float | None = None):
+                 pooler: str = "none", reply_timeout: float | None = None, borrow_timeout: float = 15.0):
         """`worker_connections`: give task_claim and task_settle a connection each of their own,
         on which those statements run with generic plans (see connection.Database); `pooler`:
         SKIPLOCK_DATABASE_POOLER (settings.POOLERS); `reply_timeout`: the longest wait for an
-        answer of Postgres (connection.AnsweringConnection)."""
+        answer of Postgres (connection.AnsweringConnection); `borrow_timeout`: the longest wait
+        for a pooled connection."""
         self._rooms(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
                              worker_connections=worker_connections, statement_timeout=statement_timeout,
-                             pooler=pooler, reply_timeout=reply_timeout))
+                             pooler=pooler, reply_timeout=reply_timeout, borrow_timeout=borrow_timeout))
 
     def _rooms(self, db: Database) -> None:
         self.db = db
@@ -49,6 +51,7 @@ class Store:
         self.webhooks = WebhookStore(db)
         self.audit = AuditStore(db)
         self.workers = WorkerStore(db)
+        self.replication = ReplicationStore(db)
 
     @classmethod
     def _on(cls, db: Database) -> "Store":
@@ -65,7 +68,7 @@ class Store:
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
-        """Borrow a pooled connection (waiting up to `timeout`, default the pool's 15 s); psycopg
+        """Borrow a pooled connection (waiting up to `timeout`, default the pool's borrow timeout); psycopg
         errors inside surface as skiplock errors."""
         with self.db.connection(timeout) as conn:
             yield conn

@@ -270,7 +270,7 @@ class Database:
 
     def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
                  name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
-                 pooler: str = "none", reply_timeout: float | None = None):
+                 pooler: str = "none", reply_timeout: float | None = None, borrow_timeout: float = 15.0):
         """`worker_connections`: give task_claim and task_settle a connection each of their own
         (a worker claims on one while its writer writes outcomes on the other), on which those
         statements run with generic plans (see use_generic_plans). Without: they share the pool.
@@ -279,7 +279,9 @@ class Database:
         transaction pooler no statement is prepared and no session setting is made, so neither
         generic plans nor the statement timeout apply (the timeout is then the database role's).
         `reply_timeout` (seconds): the longest wait for one answer of Postgres before the
-        connection is given up (AnsweringConnection); None: as long as TCP keeps it."""
+        connection is given up (AnsweringConnection); None: as long as TCP keeps it.
+        `borrow_timeout` (seconds): the longest a caller waits for a pooled connection (the API's
+        replica gives up soon and reads from the primary instead)."""
         if pooler not in POOLERS:
             raise ValueError(f"pooler {pooler!r}: must be one of {', '.join(POOLERS)}")
         self.url = url
@@ -301,7 +303,7 @@ class Database:
             configure = functools.partial(_set_statement_timeout, milliseconds)
         answering = type("AnsweringConnection", (AnsweringConnection,), {"reply_timeout": reply_timeout})
         self.pool: ConnectionPool | None = _Pool(
-            url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=15, kwargs=kwargs,
+            url, min_size=min_size, max_size=max_size, open=False, name=name, timeout=borrow_timeout, kwargs=kwargs,
             reconnect_timeout=0, configure=configure, connection_class=answering, reset=_bounded_again)
         self.claim_pool = self.outcome_pool = None
         self.exhausted: dict[str, int] = {}  # by pool name: borrowers that gave up (pool_stats)
