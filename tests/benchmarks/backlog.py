@@ -1,0 +1,206 @@
+"""Claim throughput against the backlog, and drains by 1, 2, 4 and 8 worker processes (issue 19).
+
+    python -m tests.benchmarks.backlog [--backlog 1000000] [--baseline 20000] [--window 200000]
+                                       [--queues 8] [--repeat 3] [--workers 1,2,4,8]
+                                       [--drain-tasks 100000] [--only backlog|workers]
+                                       [--explain] [--server URL]
+
+**Backlog.** One real worker process (`skiplock worker --queues q0,...,q7 --concurrency 100`)
+claims from 8 queues holding --baseline (20,000) tasks in all, and from 8 queues holding --backlog
+(1,000,000), in turn, each in a fresh copy of a database seeded set-based and vacuumed (as
+autovacuum leaves a table after a bulk load). The claim rate is read from the tasks' own claim
+times (started_at): claims after the first --window/50 (start-up), up to the --window-th (20,000
+for the baseline: all of it; 200,000 at 1,000,000, so the backlog stays above 800,000), divided by
+the time between them. The ratio is the issue's figure (target: at least 0.8). The rate of each
+tenth of the window shows whether it decays as the claimed rows' dead versions pile up.
+--explain adds, at the backlog, the claim's EXPLAIN (ANALYZE, BUFFERS) as the worker's claims
+connection runs it, fresh and after the window, with the tables' dead tuples and the indexes'
+sizes.
+
+**Many workers.** --drain-tasks (100,000) tasks on one queue, drained by 1, 2, 4 and 8 worker
+processes (concurrency 100 each), each count in a fresh copy: the rate from the first completion
+to the last (finished_at), and from spawning the first process to the last completion. Meanwhile
+pg_stat_activity is sampled every 20 ms for skiplock backends waiting on a lock.
+
+The server is a throwaway cluster with Postgres's default settings (autovacuum, fsync, synchronous
+commit and full-page writes on; tests/pgcluster.py) unless --server names one. Runs of each kind
+alternate (--repeat times), medians shown. A report: nothing here asserts a timing. Results go to
+tests/benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import psycopg
+
+from skiplock.engine.store import Store
+from tests.benchmarks.queue_drains import (CLAIMS, Databases, Workers, header, load_average, prepare, server,
+                                           slices, steady, times, wait_claims, wait_completed)
+from tests.support.lock_watch import LockSampler, is_extension
+from tests.support.plans import explain_prepared
+
+CONCURRENCY = 100
+
+
+def claim_rate(dbs: Databases, n: int, queues: list[str], window: int, *, explain: str | None = None) -> dict:
+    """One worker claims `window` tasks of `n` queued over `queues`; the rate of its claims."""
+    name, url = dbs.copy(dbs.template(n, queues))
+    workers = Workers()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            if explain:
+                print(explain_claim(url, queues, f"{explain}, fresh"))
+            workers.spawn(url, queues, CONCURRENCY)
+            try:
+                wait_claims(conn, workers, window, timeout=120 + window / 500)
+            finally:
+                workers.stop()
+            stamps = times(conn, "started_at")
+            skip = max(200, window // 50)
+            rate = steady(stamps, skip, window)
+            result = {"rate": rate.per_second, "slices": slices(stamps, skip, window, 10),
+                      "claims": conn.execute(CLAIMS).fetchone()[0]}
+            if explain:
+                print(explain_claim(url, queues, f"{explain}, after {window:,} claims"))
+                print(table_state(conn))
+        return result
+    finally:
+        dbs.drop(name)
+
+
+def explain_claim(url: str, queues: list[str], label: str) -> str:
+    """The claim of 100 tasks as the worker's claims connection runs it (its generic plan, after
+    psycopg prepared it), EXPLAIN (ANALYZE, BUFFERS), rolled back."""
+    store = Store(url, worker_connections=True).open(wait=True)
+    try:
+        with store.db.connection(pool=store.db.claim_pool) as conn:
+            sql = store.db.sql["task_claim"]
+            params = dict(queues=queues, limit=100, owner="explain", lease_seconds=30, kind_max_attempts=None)
+            for _ in range(6):  # psycopg prepares it from its sixth use; a claim of none locks nothing
+                conn.execute(sql, {**params, "limit": 0})
+            with conn.transaction(force_rollback=True):
+                plan, _, _ = explain_prepared(conn, params, sql, "ANALYZE, BUFFERS")
+    finally:
+        store.close()
+    return f"\n#### The claim of 100 tasks: {label}\n\n```\n{plan}\n```"
+
+
+def table_state(conn: psycopg.Connection) -> str:
+    """The tables' dead rows and autovacuum runs since the copy was made, and their sizes."""
+    queued = conn.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'queued'").fetchone()[0]
+    lines = ["", f"{queued:,} tasks still queued.", "",
+             "| table or index | size | dead rows | autovacuums | autoanalyzes |", "|---|---:|---:|---:|---:|"]
+    for name, size, dead, vacuums, analyzes in conn.execute(
+            "SELECT relname, pg_size_pretty(pg_total_relation_size(relid)), n_dead_tup, "
+            "autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'skiplock' AND relname IN ('tasks', 'task_events') ORDER BY relname"):
+        lines.append(f"| {name} (with its indexes) | {size} | {dead:,} | {vacuums} | {analyzes} |")
+    for name, size in conn.execute(
+            "SELECT indexrelname, pg_size_pretty(pg_relation_size(indexrelid)) FROM pg_stat_user_indexes "
+            "WHERE schemaname = 'skiplock' AND relname = 'tasks' ORDER BY pg_relation_size(indexrelid) DESC"):
+        lines.append(f"| {name} | {size} | | | |")
+    return "\n".join(lines)
+
+
+def backlog_section(dbs: Databases, args: argparse.Namespace) -> None:
+    queues = [f"q{i}" for i in range(args.queues)]
+    runs: dict[int, list[dict]] = {args.baseline: [], args.backlog: []}
+    windows = {args.baseline: args.baseline, args.backlog: min(args.window, args.backlog)}
+    for rep in range(args.repeat):
+        for n in (args.baseline, args.backlog):
+            explain = f"{n:,} queued" if args.explain and rep == args.repeat - 1 else None
+            print(f"backlog {n:,}, run {rep + 1}/{args.repeat}", file=sys.stderr)
+            runs[n].append(claim_rate(dbs, n, queues, windows[n], explain=explain))
+    base = statistics.median(r["rate"] for r in runs[args.baseline])
+    print(f"\n### Claims by one worker against the backlog ({args.queues} queues, concurrency {CONCURRENCY}, "
+          f"median of {args.repeat})\n")
+    print("| queued at the start | claims measured | claims/s | each run | vs the baseline | "
+          "tenths of the window, claims/s (first run) |")
+    print("|---:|---:|---:|---|---:|---|")
+    for n, results in runs.items():
+        rate = statistics.median(r["rate"] for r in results)
+        each = ", ".join(f"{r['rate']:,.0f}" for r in results)
+        tenths = " ".join(f"{s:,.0f}" for s in results[0]["slices"])
+        print(f"| {n:,} | {windows[n]:,} | {rate:,.0f} | {each} | {rate / base:.2f} | {tenths} |")
+
+
+def workers_section(dbs: Databases, args: argparse.Namespace) -> None:
+    counts = [int(k) for k in args.workers.split(",")]
+    n = args.drain_tasks
+    runs: dict[int, list[dict]] = {k: [] for k in counts}
+    for rep in range(args.repeat):
+        for k in counts:
+            print(f"{k} worker(s), run {rep + 1}/{args.repeat}", file=sys.stderr)
+            runs[k].append(drain(dbs, n, k))
+    base = statistics.median(r["steady"] for r in runs[counts[0]])
+    print(f"\n### A drain of {n:,} tasks on one queue by several worker processes (concurrency {CONCURRENCY} "
+          f"each, median of {args.repeat})\n")
+    print("| processes | tasks/s, first to last completion | each run | incl. start-up | "
+          f"vs {counts[0]} | lock waits sampled: row or transaction / extension (samples) |")
+    print("|---:|---:|---|---:|---:|---|")
+    for k, results in runs.items():
+        rate = statistics.median(r["steady"] for r in results)
+        each = ", ".join(f"{r['steady']:,.0f}" for r in results)
+        print(f"| {k} | {rate:,.0f} | {each} | "
+              f"{statistics.median(r['with_startup'] for r in results):,.0f} | {rate / base:.2f} | "
+              f"{sum(r['conflicts'] for r in results)} / {sum(r['extensions'] for r in results)} "
+              f"({sum(r['samples'] for r in results)}) |")
+
+
+def drain(dbs: Databases, n: int, k: int) -> dict:
+    name, url = dbs.copy(dbs.template(n, ["default"]))
+    workers = Workers()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            spawned = time.time()
+            with LockSampler(url, interval=0.02) as sampler:
+                for _ in range(k):
+                    workers.spawn(url, ["default"], CONCURRENCY)
+                try:
+                    wait_completed(conn, workers, n, timeout=120 + n / 200)
+                finally:
+                    workers.stop()
+            stamps = times(conn, "finished_at")
+        waits = [w[1] for w in sampler.waits]
+        return {"steady": steady(stamps, 0).per_second, "with_startup": n / (stamps[-1] - spawned),
+                "conflicts": sum(not is_extension(w) for w in waits), "extensions": sum(map(is_extension, waits)),
+                "samples": sampler.samples}
+    finally:
+        dbs.drop(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.backlog", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--baseline", type=int, default=20_000)
+    parser.add_argument("--window", type=int, default=200_000, help="claims measured at the backlog")
+    parser.add_argument("--queues", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", default="1,2,4,8", help="worker process counts of the drains")
+    parser.add_argument("--drain-tasks", type=int, default=100_000)
+    parser.add_argument("--only", choices=("backlog", "workers"))
+    parser.add_argument("--explain", action="store_true", help="the claim's plans and the tables' state")
+    parser.add_argument("--server", metavar="URL", help="a server of yours (default: a throwaway cluster)")
+    args = parser.parse_args(argv)
+    prepare()
+    started = time.monotonic()
+    with server(args.server) as url:
+        print(f"## Backlog and many workers\n\n{header(url)}")
+        dbs = Databases(url)
+        try:
+            if args.only in (None, "backlog"):
+                backlog_section(dbs, args)
+            if args.only in (None, "workers"):
+                workers_section(dbs, args)
+        finally:
+            dbs.drop_all()
+    print(f"\nTook {time.monotonic() - started:.0f} s; load average at the end: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
