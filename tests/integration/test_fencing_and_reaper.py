@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import skiplock
-from skiplock.engine.model import Settlement
+from skiplock.engine.model import BUSY, Settlement
 from skiplock.engine.store import Store
 
 
@@ -108,9 +108,10 @@ def test_retry_past_the_deadline_fails(store: Store, db_url, db):
     assert applied == {task_id: "failed"}
 
 
-def _behind_a_concurrent_update(db_url, task_id, assignment: str, write):
-    """Run `write()` while another transaction holds the task's row, updated by `assignment`;
-    commit that transaction once `write` is waiting on the row lock. Returns write()'s result."""
+def _while_another_transaction_holds(db_url, task_id, assignment: str, write):
+    """Run `write()` while another transaction holds the task's row, updated by `assignment`, then
+    again once that transaction committed. Returns both results. A write that waited for the row
+    lock would never return while the other transaction is open: it fails the test instead."""
     import threading
 
     import psycopg
@@ -118,48 +119,59 @@ def _behind_a_concurrent_update(db_url, task_id, assignment: str, write):
     result = {}
     with psycopg.connect(db_url) as other:
         other.execute(f"UPDATE skiplock.tasks SET {assignment} WHERE id = %s", (task_id,))
-        thread = threading.Thread(target=lambda: result.update(value=write()))
+        thread = threading.Thread(target=lambda: result.update(during=write()), daemon=True)
         thread.start()
-        waiting = 0
-        deadline = time.monotonic() + 10
-        while waiting == 0 and time.monotonic() < deadline:
-            with psycopg.connect(db_url, autocommit=True) as probe:
-                waiting = probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                        "AND datname = current_database()").fetchone()[0]
-            time.sleep(0.02)
-        assert waiting == 1, "the write never waited for the row lock"
+        thread.join(10)
+        waited = thread.is_alive()
         other.commit()
         thread.join(10)
-    return result["value"]
+    assert not waited, "the write waited for the row lock another transaction held"
+    return result["during"], write()
 
 
-def test_writes_that_wait_behind_a_concurrent_row_update_still_apply(store: Store, db_url, db):
-    # The row the snapshot saw is replaced while the write waits for its lock: the write must
-    # follow it to the new version (a settle or heartbeat that missed it would be counted as a
-    # stale write, and the finished task reclaimed and run again).
+def test_a_write_never_waits_for_a_row_another_transaction_holds_and_applies_when_written_again(
+        store: Store, db_url, db):
+    # Another transaction holds the row (another worker's claim statement can, for a moment): a
+    # heartbeat or a settle neither waits nor counts it as lost, but says BUSY and changes nothing
+    # there; written again after that transaction committed, it applies to the row's new version
+    # (one that missed it would count a stale write, and the finished task would be run again).
     ids = [skiplock.enqueue(db_url, "t.noop", {"i": i}) for i in range(3)]
     tasks = {t.id: t for t in store.tasks.task_claim(["default"], 3, "a", 30)}
     assert set(tasks) == set(ids)
+    leases = [(i, tasks[i].lease_token) for i in ids]
 
-    beat = _behind_a_concurrent_update(db_url, ids[0], "message = 'concurrent'",
-                                       lambda: store.tasks.task_heartbeat([(i, tasks[i].lease_token) for i in ids], 30))
-    assert beat == {i: "running" for i in ids}
+    during, after = _while_another_transaction_holds(db_url, ids[0], "message = 'concurrent'",
+                                                     lambda: store.tasks.task_heartbeat(leases, 30))
+    assert during == {ids[0]: BUSY, ids[1]: "running", ids[2]: "running"}
+    assert after == {i: "running" for i in ids}
 
-    settled = _behind_a_concurrent_update(
+    during, after = _while_another_transaction_holds(
         db_url, ids[1], "lease_until = now() + interval '60 seconds'",
         lambda: store.tasks.task_settle([Settlement(i, tasks[i].lease_token, "completed") for i in ids[:2]]))
-    assert settled == {ids[0]: "completed", ids[1]: "completed"}
+    assert during == {ids[0]: "completed", ids[1]: BUSY}
+    assert after == {ids[1]: "completed"}  # ids[0]'s second write is refused: it is completed already
 
     assert db.execute("SELECT state, count(*) FROM skiplock.tasks GROUP BY state ORDER BY state").fetchall() == \
         [("completed", 2), ("running", 1)]
     assert db.execute("SELECT count(*) FROM skiplock.task_events WHERE type = 'completed'").fetchone()[0] == 2
 
 
-def test_a_cancel_committed_while_an_outcome_waits_still_wins(store: Store, db_url, db):
+def test_a_write_for_a_lost_claim_is_refused_even_while_its_row_is_held(store: Store, db_url, db):
     task_id = skiplock.enqueue(db_url, "t.noop", {})
     (task,) = store.tasks.task_claim(["default"], 1, "a", 30)
-    settled = _behind_a_concurrent_update(
+    db.execute("UPDATE skiplock.tasks SET lease_token = lease_token + 1 WHERE id = %s", (task_id,))
+    during, after = _while_another_transaction_holds(
+        db_url, task_id, "message = 'concurrent'",
+        lambda: store.tasks.task_settle([Settlement(task_id, task.lease_token, "completed")]))
+    assert (during, after) == ({}, {})
+    assert store.tasks.task_heartbeat([(task_id, task.lease_token)], 30) == {}
+
+
+def test_a_cancel_committed_while_an_outcome_was_busy_still_wins(store: Store, db_url, db):
+    task_id = skiplock.enqueue(db_url, "t.noop", {})
+    (task,) = store.tasks.task_claim(["default"], 1, "a", 30)
+    during, after = _while_another_transaction_holds(
         db_url, task_id, "state = 'cancelling'",
         lambda: store.tasks.task_settle([Settlement(task_id, task.lease_token, "retry", error="boom", delay=0)]))
-    assert settled == {task_id: "cancelled"}
+    assert (during, after) == ({task_id: BUSY}, {task_id: "cancelled"})
     assert db.execute("SELECT state FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone() == ("cancelled",)

@@ -77,6 +77,24 @@ def test_the_completer_counts_a_write_its_fence_refused(worker, db_url, db):
     assert states(db) == {"running": 1}
 
 
+def test_the_completer_writes_again_an_outcome_whose_row_another_transaction_held(worker, db_url, db):
+    import psycopg
+
+    ids = [skiplock.enqueue(db_url, "t.noop", {}) for _ in range(2)]
+    assert worker.claimer.run_once().claimed == 2
+    for run in worker.slots.held():
+        worker.completer.accept(run, settlement(run, "completed", result=None))
+    with psycopg.connect(db_url) as other:  # holds one row, as another worker's claim statement can
+        other.execute("SELECT 1 FROM skiplock.tasks WHERE id = %s FOR UPDATE", (ids[0],))
+        assert worker.completer.run_once() == 2  # returns at once: no wait for the row
+        assert worker.completer.pending() == 1 and worker.slots.in_flight() == 1
+        assert states(db) == {"completed": 1, "running": 1}
+    assert worker.completer.run_once() == 1
+    assert worker.completer.pending() == 0 and worker.slots.in_flight() == 0
+    assert worker.counts["settled"] == 2 and worker.counts["rejected"] == 0
+    assert states(db) == {"completed": 2}
+
+
 def test_the_keeper_heartbeats_every_claim_and_gives_up_lost_ones(worker, db_url, db):
     ids = [skiplock.enqueue(db_url, "t.noop", {}) for _ in range(2)]
     assert worker.claimer.run_once().claimed == 2

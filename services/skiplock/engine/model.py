@@ -204,6 +204,12 @@ class Settlement(NamedTuple):
     traceback: str | None = None  # the handler's, bounded (worker/tracebacks.py): kept in the event
 
 
+# What task_settle and task_heartbeat answer for a claim whose row another transaction held: they
+# never wait for a row lock (another worker's claim statement can hold one for a moment), so the
+# write did not happen and is made again.
+BUSY = "busy"
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditEntry:
     """One row of the API's audit log."""

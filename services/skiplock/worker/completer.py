@@ -4,6 +4,8 @@ It owns the outcome queue and the writer thread. Handler threads hand it what th
 (`accept`); the writer writes what has gathered while the last statement ran (`run_once`), on a
 connection of its own, fenced by each claim's lease token; shutdown writes the rest (`flush`).
 A failed write keeps its outcomes (fenced: writing them late is safe) and is retried with backoff.
+An outcome whose row another transaction held for the moment (BUSY: the settle never waits for a
+row lock) goes back in line and is written again a moment later.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ..engine.errors import DataRefused
+from ..engine.errors import DatabaseUnavailable, DataRefused
 from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics, observe_many
-from ..engine.model import Settlement
+from ..engine.model import BUSY, Settlement
 from ..engine.store import Store
 from .executor import retry_later, settlement
 from .slots import Run, Slots
@@ -29,6 +31,13 @@ log = logging.getLogger("skiplock.worker")
 
 # outcomes per statement, at most
 _BATCH = 1000
+
+# How long the writer pauses after a write that found rows BUSY, doubling while it keeps finding
+# some: another worker's claim statement holds such a row until it commits.
+_BUSY_PAUSE, _BUSY_PAUSE_MAX = 0.001, 0.1
+# A handler's own transaction (ctx.transaction()) stays open while its outcome is written again:
+# the pauses between its attempts; still BUSY after the last, it is rolled back and retried.
+_HELD_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class Completer:
@@ -40,6 +49,7 @@ class Completer:
         self._stop = threading.Event()
         self._writer: threading.Thread | None = None
         self._children: dict = {}
+        self._busy_rounds = 0  # writes in a row that found rows BUSY
 
     # ---- what handlers return -----------------------------------------------------------------
     def accept(self, run: Run, outcome: Settlement) -> None:
@@ -91,6 +101,8 @@ class Completer:
                 self._ready.clear()
                 continue
             failures = self._write_or_back_off(failures, 15.0, self._stop.wait)
+            if self._busy_rounds:
+                self._stop.wait(self.busy_pause())
 
     def _write_or_back_off(self, failures: int, cap: float, pause) -> int:
         """run_once(); on connection trouble, log and pause(seconds) for a jittered exponential
@@ -121,7 +133,7 @@ class Completer:
         except BaseException:
             self._outcomes.extendleft(reversed(batch))
             raise
-        self._record(batch, applied)
+        self._record(self._put_back_busy(batch, applied), applied)
         if "queued" in applied.values():
             # a retry or step due now, or a release: the claimer may have stopped looking
             self.slots.announce()
@@ -139,6 +151,23 @@ class Completer:
                 failures, 2.0, lambda delay: time.sleep(max(0.0, min(delay, deadline - time.monotonic()))))
             if failures and self._urgent.is_set():
                 return
+            if self._busy_rounds:
+                time.sleep(max(0.0, min(self.busy_pause(), deadline - time.monotonic())))
+
+    def busy_pause(self) -> float:
+        """The pause before writing again, after writes that found rows BUSY."""
+        return min(_BUSY_PAUSE_MAX, _BUSY_PAUSE * 2 ** self._busy_rounds)
+
+    def _put_back_busy(self, batch: list[Run], applied: dict[uuid.UUID, str]) -> list[Run]:
+        """The runs whose rows were BUSY go back in line (nothing was written for them); returns
+        the others."""
+        busy = [r for r in batch if applied.get(r.task.id) == BUSY]
+        if not busy:
+            self._busy_rounds = 0
+            return batch
+        self._busy_rounds += 1
+        self._outcomes.extend(busy)
+        return [r for r in batch if applied.get(r.task.id) != BUSY]
 
     def _take(self) -> list[Run]:
         batch = []
@@ -159,7 +188,7 @@ class Completer:
             return
         try:
             with translated:
-                applied = self.store.tasks.task_settle([outcome], conn=conn)
+                applied = self._settle_held(outcome, conn)
                 if applied:
                     conn.commit()
                 else:
@@ -174,6 +203,15 @@ class Completer:
         pool_cm.__exit__(None, None, None)
         run.settlement = outcome
         self._record([run], applied)
+
+    def _settle_held(self, outcome: Settlement, conn) -> dict[uuid.UUID, str]:
+        """task_settle on a handler's own transaction, written again while its row is BUSY."""
+        for pause in _HELD_PAUSES:
+            applied = self.store.tasks.task_settle([outcome], conn=conn)
+            if applied.get(outcome.task_id) != BUSY:
+                return applied
+            time.sleep(pause)
+        raise DatabaseUnavailable("the task's row stayed held by another transaction")
 
     def _settle_one_by_one(self, batch: list[Run]) -> None:
         for run in batch:
@@ -191,6 +229,9 @@ class Completer:
                     applied = {}
             except DB_ERRORS:
                 self.submit(run)  # connection trouble: back in line for the normal retry
+                continue
+            if applied.get(run.task.id) == BUSY:
+                self.submit(run)
                 continue
             self._record([run], applied)
 

@@ -99,7 +99,7 @@ class Keeper:
             return 0
         lost = []
         for run in runs:
-            state = held.get(run.task.id)
+            state = held.get(run.task.id)  # BUSY: held, not renewed this time (the next beat does)
             if state == "cancelling":
                 run.ctx.request_cancel()
             elif state is None and not run.handler_done:

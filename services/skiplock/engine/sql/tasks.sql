@@ -101,33 +101,43 @@ FROM claimed;
 
 -- name: task_heartbeat
 -- Renews every claim this worker still holds in one statement. A claim missing from the result
--- was lost (reclaimed, or cancelled and reclaimed); a row in 'cancelling' tells the handler to stop.
+-- was lost (reclaimed, or cancelled and reclaimed); a row in 'cancelling' tells the handler to stop;
+-- 'busy': another transaction held the row (see _settle_ctes), so it was not renewed this time.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
-), held AS MATERIALIZED (
-    -- lock in id order: settle batches lock in the same order, so the two never deadlock.
+), probed AS MATERIALIZED (
     -- One primary-key probe per claim (the lateral subquery runs per input row, in input order),
-    -- never a scan of every claim in flight.
-    SELECT h.id
+    -- never a scan of every claim in flight. SKIP LOCKED, as the settle: a row held by another
+    -- transaction is not waited for.
+    SELECT i.token, h.id, h.lease_token, h.state
     FROM (SELECT * FROM input ORDER BY id) AS i
     CROSS JOIN LATERAL (
         SELECT t.id, t.lease_token, t.state
         FROM skiplock.tasks AS t
         WHERE t.id = i.id
         OFFSET 0
-        FOR UPDATE
+        FOR UPDATE SKIP LOCKED
     ) AS h
-    -- the fence, checked on the row as locked (outside the subquery, so that the only index
-    -- the probe can use is the primary key)
-    WHERE h.lease_token = i.token AND h.state IN ('running', 'cancelling')
+), renewed AS (
+    UPDATE skiplock.tasks AS t
+    SET lease_until = now() + %(lease_seconds)s * interval '1 second'
+    FROM probed AS p
+    -- by id, not ctid: a row locked after a concurrent update committed is a newer version than
+    -- the one the snapshot saw. The fence, checked on the row as locked (outside the probe, so
+    -- that the only index the probe can use is the primary key).
+    WHERE t.id = p.id AND p.lease_token = p.token AND p.state IN ('running', 'cancelling')
+    RETURNING t.id, t.state
+), busy AS (
+    -- held by another transaction when probed, and still this worker's claim as the snapshot saw it
+    SELECT i.id
+    FROM input AS i
+    WHERE NOT EXISTS (SELECT 1 FROM probed AS p WHERE p.id = i.id)
+      AND EXISTS (SELECT 1 FROM skiplock.tasks AS t
+                  WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling'))
 )
-UPDATE skiplock.tasks AS t
-SET lease_until = now() + %(lease_seconds)s * interval '1 second'
-FROM held
--- by id, not ctid: a row locked after waiting for a concurrent update is a newer version than
--- the one the snapshot saw
-WHERE t.id = held.id
-RETURNING t.id, t.state;
+SELECT id, state FROM renewed
+UNION ALL
+SELECT id, 'busy' FROM busy;
 
 -- name: _settle_ctes
 -- Ends (or checkpoints, or gives back) claims, many per round trip. outcome is one of
@@ -143,32 +153,48 @@ settle_input AS (
         AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
              progress real, message text, deadline_seconds float8, kind_max_attempts integer,
              traceback text)
-), decided AS MATERIALIZED (
-    -- each claim found by one primary-key probe and locked, in id order (as the heartbeat does)
-    SELECT i.*, t.attempts AS attempt,
-           CASE
-               WHEN i.outcome = 'completed' THEN 'completed'
-               WHEN t.state = 'cancelling' THEN 'cancelled'
-               WHEN i.outcome = 'failed' THEN 'failed'
-               WHEN i.outcome = 'retry' AND (
-                        t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
-                        -- least() skips NULLs: the earlier of the task's and the kind's deadline
-                     OR now() + i.delay * interval '1 second'
-                            > least(t.deadline, t.created_at + i.deadline_seconds * interval '1 second'))
-                   THEN 'failed'
-               ELSE 'queued'
-           END AS new_state
+), probed AS MATERIALIZED (
+    -- each claim found by one primary-key probe and locked, in id order. SKIP LOCKED: a row that
+    -- another transaction holds is not waited for, but reported busy (below) and written again by
+    -- the caller. Another worker's claim statement may hold it for a moment: a claim that read the
+    -- row as queued before this claim committed follows it to its new version, locks that,
+    -- finds it no longer queued and passes on, and keeps the lock until it commits.
+    SELECT i.*, t.state, t.lease_token, t.attempts, t.max_attempts, t.deadline, t.created_at
     FROM (SELECT * FROM settle_input ORDER BY id) AS i
     CROSS JOIN LATERAL (
         SELECT t.state, t.lease_token, t.attempts, t.max_attempts, t.deadline, t.created_at
         FROM skiplock.tasks AS t
         WHERE t.id = i.id
         OFFSET 0  -- keeps the subquery per input row: a probe by id, not a join over all claims
-        FOR UPDATE
+        FOR UPDATE SKIP LOCKED
     ) AS t
-    -- the fence, checked on the row as locked (outside the subquery, so that the only index
-    -- the probe can use is the primary key)
-    WHERE t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+), decided AS MATERIALIZED (
+    SELECT p.id, p.outcome, p.result, p.error, p.delay, p.cursor, p.progress, p.message, p.traceback,
+           p.attempts AS attempt,
+           CASE
+               WHEN p.outcome = 'completed' THEN 'completed'
+               WHEN p.state = 'cancelling' THEN 'cancelled'
+               WHEN p.outcome = 'failed' THEN 'failed'
+               WHEN p.outcome = 'retry' AND (
+                        p.attempts >= coalesce(p.max_attempts, p.kind_max_attempts, 3)
+                        -- least() skips NULLs: the earlier of the task's and the kind's deadline
+                     OR now() + p.delay * interval '1 second'
+                            > least(p.deadline, p.created_at + p.deadline_seconds * interval '1 second'))
+                   THEN 'failed'
+               ELSE 'queued'
+           END AS new_state
+    FROM probed AS p
+    -- the fence, checked on the row as locked (outside the probe, so that the only index the
+    -- probe can use is the primary key)
+    WHERE p.lease_token = p.token AND p.state IN ('running', 'cancelling')
+), busy AS (
+    -- held by another transaction when probed, and still this claim as the snapshot saw it: to be
+    -- written again (its fence is checked then); a claim lost before this statement is refused now
+    SELECT i.id
+    FROM settle_input AS i
+    WHERE NOT EXISTS (SELECT 1 FROM probed AS p WHERE p.id = i.id)
+      AND EXISTS (SELECT 1 FROM skiplock.tasks AS t
+                  WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling'))
 ), settled AS (
     UPDATE skiplock.tasks AS t
     SET state = d.new_state,
@@ -194,8 +220,8 @@ settle_input AS (
         updated_at = now(),
         event_seq = t.event_seq + 1
     FROM decided AS d
-    -- by id, not ctid: a row locked after waiting for a concurrent update (a heartbeat, a
-    -- cancel) is a newer version than the one the snapshot saw
+    -- by id, not ctid: a row locked after a concurrent update committed (a heartbeat, a cancel)
+    -- is a newer version than the one the snapshot saw
     WHERE t.id = d.id
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay,
               d.traceback
@@ -215,8 +241,11 @@ settle_input AS (
 )
 
 -- name: task_settle
+-- {id: new state} of each outcome written; 'busy': another transaction held the row, write it again
 WITH {{_settle_ctes}}
-SELECT id, state FROM settled;
+SELECT id, state FROM settled
+UNION ALL
+SELECT id, 'busy' FROM busy;
 
 -- name: task_reclaim_expired
 -- The reclaim. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost

@@ -172,7 +172,8 @@ class TaskStore:
                                 ClaimedTask, pool=self.db.claim_pool)
 
     def task_heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
-        """Renew claims; returns {task id: state} for the claims still held."""
+        """Renew claims; returns {task id: state} for the claims still held ('busy': held, but
+        another transaction had the row for the moment, so not renewed this time)."""
         leases = list(leases)
         if not leases:
             return {}
@@ -184,7 +185,9 @@ class TaskStore:
                     ) -> dict[uuid.UUID, str]:
         """Apply fenced outcomes, many in one statement (on `conn`, else on the outcomes
         connection if the store has worker connections); returns {task id: new state} for those
-        applied. A settlement missing from the result was refused by its fence."""
+        applied. A settlement missing from the result was refused by its fence; one whose state
+        is model.BUSY was not written (another transaction had the row for the moment, and it is never
+        waited for): write it again."""
         if not settlements:
             return {}
         params = settle_params(settlements)
