@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import skiplock
 from skiplock.engine.metrics import Metrics
 from skiplock.engine.store import Store
@@ -71,6 +73,37 @@ def test_retention_deletes_old_finished_tasks_and_their_events_in_batches(store:
     assert Retention(store, metrics, {"completed": 0, "failed": 0, "cancelled": 0}).run_once() == {}
     assert Retention(store, metrics, {"completed": 60}).run_once() == {"completed": 1}
 
+
+
+def test_retention_past_its_time_budget_says_it_is_behind_and_the_scheduler_runs_it_again(
+        store: Store, db_url, db, monkeypatch):
+    """A run stops at its time budget (here: after one round of batches) and says so; the
+    scheduler then runs it again on its next turn, not a retention interval later, until caught up.
+    A fixed number of batches per interval capped the rate a queue could sustain (the soak)."""
+    from skiplock.engine.settings import Settings
+    from skiplock.scheduler import maintenance
+    from skiplock.scheduler.scheduler import Scheduler
+
+    monkeypatch.setattr(maintenance, "RUN_SECONDS", 0.0)
+    total = 2 * maintenance.BATCH + 10
+    ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * total)
+    db.execute("UPDATE skiplock.tasks SET state = 'completed', finished_at = now() - interval '2 days' "
+               "WHERE id = ANY(%s)", (ids,))
+    scheduler = Scheduler(Settings(retention_seconds=3600), store)
+    retention = scheduler.retention
+    scheduler._next_run = {name: float("inf") for name in scheduler._next_run}
+    scheduler._next_run["retention"] = 0.0
+    runs = []
+    while True:
+        scheduler.run_once()
+        runs.append(db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0])
+        if not retention.behind:
+            break
+        assert scheduler._next_run["retention"] <= time.monotonic(), "not due again at once"
+    assert runs == [total - maintenance.BATCH, total - 2 * maintenance.BATCH, 0]
+    # caught up: the next run is an interval away
+    assert scheduler._next_run["retention"] > time.monotonic() + 3000
+    assert db.execute("SELECT count(*) FROM skiplock.task_events").fetchone()[0] == 0
 
 def test_gauges_count_only_what_is_claimable_now(store: Store, db_url, db):
     now_ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 3, queue="main")

@@ -9,7 +9,10 @@ without a scheduler.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from collections.abc import Callable
 
 from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics
@@ -19,8 +22,10 @@ log = logging.getLogger("skiplock.maintenance")
 
 # rows per statement: small batches keep each transaction's locks short
 BATCH = 500
-# batches per run_once, so one run never monopolizes a replica; the next run continues
+# batches per run_once of the reclaimer, so one run never monopolizes a replica; the next run continues
 MAX_BATCHES = 20
+# how long one retention run deletes before it lets the scheduler fire what is due
+RUN_SECONDS = 1.0
 
 
 class Reclaimer:
@@ -50,7 +55,14 @@ class Reclaimer:
 
 class Retention:
     """Deletes finished tasks (with their events) past their state's retention, old schedule
-    decisions, old webhook deliveries and old audit rows, in batches."""
+    decisions, old webhook deliveries and old audit rows, in batches.
+
+    A run deletes batch after batch, one from each kind of row in turn, until every kind is caught
+    up (a batch came back short) or RUN_SECONDS have passed. Then `behind` says whether rows were
+    still due, and the scheduler runs it again right after its next tick instead of an interval
+    later: a fixed number of batches per interval set a ceiling on the rate a queue could sustain
+    (20 batches of 500 every minute by default is 167 tasks/s), above which finished tasks piled
+    up without bound."""
 
     def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float], retain_audit_seconds: float = 0.0):
         self.store, self.metrics = store, metrics
@@ -59,43 +71,49 @@ class Retention:
         self.retain = {state: seconds for state, seconds in retain.items() if seconds > 0}
         for state in self.retain:  # at 0 until the first deletion, not absent
             metrics.tasks_deleted.labels(state)
+        self.behind = False
 
-    def run_once(self) -> dict[str, int]:
-        deleted: dict[str, int] = {}
+    def _kinds(self) -> list[tuple[str, Callable[[], int]]]:
+        """(label, delete one batch) for each kind of row retention deletes."""
+        kinds: list[tuple[str, Callable[[], int]]] = []
         for state, seconds in self.retain.items():
-            for _ in range(MAX_BATCHES):
-                n = self.store.tasks.task_delete_finished(state, seconds, limit=BATCH)
-                if n:
-                    deleted[state] = deleted.get(state, 0) + n
-                    self.metrics.tasks_deleted.labels(state).inc(n)
-                if n < BATCH:
-                    break
+            kinds.append((state, functools.partial(self.store.tasks.task_delete_finished, state, seconds,
+                                                   limit=BATCH)))
         # schedule decisions are kept as long as completed tasks (the tasks they name)
         keep_fires = self.retain.get("completed")
         if keep_fires:
-            for _ in range(MAX_BATCHES):
-                n = self.store.schedules.schedule_fire_delete_old(keep_fires, limit=BATCH)
-                if n:
-                    deleted["schedule_fires"] = deleted.get("schedule_fires", 0) + n
-                if n < BATCH:
-                    break
+            kinds.append(("schedule_fires", functools.partial(self.store.schedules.schedule_fire_delete_old,
+                                                              keep_fires, limit=BATCH)))
         # webhook deliveries: delivered ones like completed tasks, dead letters like failed tasks
         for state, task_state in (("delivered", "completed"), ("dead", "failed")):
             seconds = self.retain.get(task_state)
-            for _ in range(MAX_BATCHES if seconds else 0):
-                n = self.store.webhooks.webhook_delivery_delete_old(state, seconds, limit=BATCH)
+            if seconds:
+                kinds.append((f"deliveries_{state}", functools.partial(
+                    self.store.webhooks.webhook_delivery_delete_old, state, seconds, limit=BATCH)))
+        if self.retain_audit_seconds > 0:
+            kinds.append(("audit", functools.partial(self.store.audit.audit_delete_old, self.retain_audit_seconds,
+                                                     limit=BATCH)))
+        return kinds
+
+    def run_once(self) -> dict[str, int]:
+        deleted: dict[str, int] = {}
+        pending = self._kinds()
+        deadline = time.monotonic() + RUN_SECONDS
+        while pending:
+            for kind in list(pending):
+                label, delete = kind
+                n = delete()
                 if n:
-                    deleted[f"deliveries_{state}"] = deleted.get(f"deliveries_{state}", 0) + n
+                    deleted[label] = deleted.get(label, 0) + n
+                    if label in self.retain:
+                        self.metrics.tasks_deleted.labels(label).inc(n)
                 if n < BATCH:
-                    break
-        for _ in range(MAX_BATCHES if self.retain_audit_seconds > 0 else 0):
-            n = self.store.audit.audit_delete_old(self.retain_audit_seconds, limit=BATCH)
-            if n:
-                deleted["audit"] = deleted.get("audit", 0) + n
-            if n < BATCH:
+                    pending.remove(kind)
+            if time.monotonic() >= deadline:
                 break
+        self.behind = bool(pending)
         if deleted:
-            log.info("retention deleted old rows", extra={"deleted": deleted})
+            log.info("retention deleted old rows", extra={"deleted": deleted, "behind": self.behind})
         return deleted
 
 

@@ -36,12 +36,12 @@ class Scheduler:
         self.firer = Firer(store, self.metrics, max_payload_bytes=settings.max_payload_bytes)
         retain = {"completed": settings.retain_completed_seconds, "failed": settings.retain_failed_seconds,
                   "cancelled": settings.retain_cancelled_seconds}
+        self.retention = Retention(store, self.metrics, retain, settings.retain_audit_seconds)
         # (name, service, interval); the first run of each is spread so replicas do not align
         self.services = [
             ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
-            ("retention", Retention(store, self.metrics, retain, settings.retain_audit_seconds).run_once,
-             settings.retention_seconds),
+            ("retention", self.retention.run_once, settings.retention_seconds),
             ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
             ("worker_gauges", WorkerGauges(store, self.metrics).run_once, settings.gauges_seconds),
         ]
@@ -78,6 +78,9 @@ class Scheduler:
             if time.monotonic() >= self._next_run[name]:
                 self._next_run[name] = time.monotonic() + interval
                 service()
+                if name == "retention" and self.retention.behind:
+                    # it stopped at its time budget with rows still due: again after the next fires
+                    self._next_run[name] = time.monotonic()
         self._healthy, self._failures = True, 0
         if counts.schedules:
             return 0.0  # more may be due (a catch-up batch, another page of due rows)
