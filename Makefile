@@ -53,6 +53,13 @@ bench: $(DEV_STAMP)
 	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
 	$(PY) -m tests.benchmarks.run
 
+## soak: 30 minutes at 60 % of one worker's measured drain rate, on a Postgres of its own with the
+## default settings (autovacuum on); a table per minute, exit 1 if throughput, p99 or size drift
+## (tests/benchmarks/soak.py; a report, not a test: `make test` runs a short form)
+.PHONY: soak
+soak: $(DEV_STAMP)
+	$(PY) -m tests.benchmarks.soak
+
 ## docs: rewrite the generated tables (scripts/gen_docs.py), then build the docs site into site/
 .PHONY: docs
 docs: $(TEST_STAMP)
