@@ -302,10 +302,15 @@ WHERE (SELECT count(*) FROM wake) >= 0;
 -- name: _task_filter
 -- The operator's filter: a NULL parameter matches every task. Shared by the list and the bulk
 -- actions, so `tasks list` with a filter shows what a bulk action with that filter would touch.
+-- A queue or kind that never had a task is known from queue_kinds (0015) before tasks is read:
+-- the EXISTS refers to no column of tasks, so Postgres checks it once (a one-time filter) and
+-- reads nothing when it is false, where the walk along tasks_pkey would read the whole table.
 (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(queue)s::text IS NULL OR EXISTS (SELECT FROM skiplock.queue_kinds AS n WHERE n.queue = %(queue)s::text))
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(kind)s::text IS NULL OR EXISTS (SELECT FROM skiplock.queue_kinds AS n WHERE n.kind = %(kind)s::text))
   AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s::text)
   AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
