@@ -50,6 +50,30 @@ def test_a_claim_that_finds_the_queues_empty_waits_for_the_poll_or_a_notificatio
     assert worker.claimer.run_once().claimed == 1
 
 
+
+def test_the_claimer_waits_for_the_writer_once_a_concurrency_of_outcomes_waits(worker, db_url, db):
+    """Outcomes waiting for the writer hold the claims back past `concurrency` of them: a writer
+    slower than the claims (a saturated database) must not let claims in flight grow without end."""
+    for _ in range(9):
+        skiplock.enqueue(db_url, "t.noop", {})
+
+    def handlers_return():
+        for run in worker.slots.held():
+            if not run.handler_done:
+                worker.completer.accept(run, settlement(run, "completed", result=None))
+
+    assert worker.claimer.run_once().claimed == 3
+    handlers_return()
+    assert worker.claimer.run_once().claimed == 3  # 3 outcomes wait: still within the bound
+    handlers_return()
+    assert worker.completer.pending() == 6 and worker.slots.busy == 0
+    assert worker.claimer.run_once() == (0, 0)  # every slot free, but the writer is behind
+    assert states(db) == {"running": 6, "queued": 3}
+    worker.slots.wake.clear()
+    assert worker.completer.run_once() == 6
+    assert worker.slots.wake.is_set(), "the claimer is not woken when the writer catches up"
+    assert worker.claimer.run_once().claimed == 3
+
 def test_the_completer_writes_a_batch_in_one_run(worker, db_url, db):
     for _ in range(3):
         skiplock.enqueue(db_url, "t.noop", {})

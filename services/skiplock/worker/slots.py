@@ -53,15 +53,23 @@ class Slots:
         # ... for this many free slots (a claim of at least half a batch)
         self._gather_wanted = max(1, min(claim_batch, concurrency) // 2)
         self.wake = threading.Event()                 # the claimer's: a slot was freed, or work was announced
+        self._held_back = False                       # the last claim_limit was 0 for outcomes not yet written
         self.counts = {"claimed": 0, "settled": 0, "rejected": 0, "reclaimed": 0}
 
     # ---- the claimer --------------------------------------------------------------------------
     def claim_limit(self) -> tuple[int, int]:
         """How many tasks a claim may take now (0: none), and the announcement count it saw.
         After a claim that found the queues empty, the next waits for a notification, a re-queued
-        outcome or the poll interval, not for a freed slot."""
+        outcome or the poll interval, not for a freed slot.
+
+        A run whose handler returned frees its slot, but its outcome still waits for the writer:
+        at most `concurrency` such runs may wait, and past that no claim is made until the
+        writer catches up. Without the bound, a writer slower than the claims (a saturated
+        database) let the claims in flight grow without end: rows left `running`, a heartbeat
+        renewing tens of thousands of them in one statement that outlived its lease."""
         with self._lock:
-            free = self.concurrency - self._busy
+            free = min(self.concurrency - self._busy, 2 * self.concurrency - len(self._runs))
+            self._held_back = free <= 0 < self.concurrency - self._busy
             drained_at = self._drained_at
             announced = self._announced
         if self._stopping.is_set():
@@ -153,6 +161,9 @@ class Slots:
             self._inflight.set(len(self._runs))
             self.counts["settled"] += settled
             self.counts["rejected"] += rejected
+            held_back, self._held_back = self._held_back, False
+        if held_back:  # the claimer waits for the writer: it may claim again
+            self.wake_claimer()
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:

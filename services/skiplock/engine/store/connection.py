@@ -214,12 +214,16 @@ def _exhausted_message(pool: ConnectionPool, timeout: float) -> str:
     return text
 
 
+# how long a connection that gives up waiting tries to have its statement cancelled
+_CANCEL_SECONDS = 1.0
+
+
 class AnsweringConnection(psycopg.Connection):
     """A connection that waits for each answer of Postgres at most `reply_timeout` seconds (None:
     as long as it takes). TCP keepalives and tcp_user_timeout catch a peer that is gone, but not
     a path that still acknowledges and forwards nothing: a hung proxy or pooler in between, which
-    a role would wait on forever. After the timeout the connection is closed (it is mid-exchange
-    and cannot be resumed) and the caller sees a DatabaseUnavailable."""
+    a role would wait on forever. After the timeout the statement is cancelled and the connection
+    closed (it is mid-exchange and cannot be resumed), and the caller sees a DatabaseUnavailable."""
 
     reply_timeout: float | None = None
 
@@ -230,6 +234,14 @@ class AnsweringConnection(psycopg.Connection):
         try:
             return super().wait(gen, interval, bound)
         except psycopg.errors._WaitTimeout:  # psycopg's own "no answer in time" (notifies() uses it)
+            # The statement may still be running on a server that is only slow, holding its row
+            # locks and its snapshot after the socket is closed: Postgres notices a client that
+            # left only when it next writes to it. Ask it to cancel, briefly (on a silent path the
+            # request goes unanswered too).
+            try:
+                self.cancel_safe(timeout=_CANCEL_SECONDS)
+            except (psycopg.Error, OSError):
+                pass
             self.pgconn.finish()
             raise psycopg.OperationalError(f"Postgres did not answer within {bound:g} s; the connection is "
                                            "closed (a network path to it that went silent?)") from None
