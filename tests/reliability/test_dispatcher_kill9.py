@@ -8,56 +8,23 @@ from __future__ import annotations
 import collections
 import json
 import signal
-import threading
-import time
 
 import pytest
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 import skiplock
 from skiplock.engine.model import Settlement
-from skiplock.engine.webhooks import generate_secret
 from tests.support.harness import metric, scalar, wait_exit, wait_for
+from tests.support.webhook_receiver import Receiver, subscribe
 
 ENV = {"SKIPLOCK_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "SKIPLOCK_WEBHOOK_LEASE_SECONDS": "3",
        "SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS": "2", "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": "1",
        "SKIPLOCK_POLL_SECONDS": "0.2"}
 
 
-class Receiver:
-    """Records the webhook-id of every request it starts and finishes, after `delay` seconds."""
-
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
-        self.started: list[str] = []
-        self.received: list[str] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, request: Request) -> Response:
-        webhook_id = request.headers["webhook-id"]
-        with self.lock:
-            self.started.append(webhook_id)
-        if self.delay:
-            time.sleep(self.delay)
-        with self.lock:
-            self.received.append(webhook_id)
-        return Response("", status=200)
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.received)
-
-
 @pytest.fixture
 def receiver_server(receiver):
     """The HTTP server (tests/conftest.py `receiver`); here `receiver` names the Receiver handler."""
     return receiver
-
-
-def subscribe(store, server: HTTPServer, receiver: Receiver, events=("task.completed",)):
-    server.expect_request("/hook", method="POST").respond_with_handler(receiver)
-    return store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{server.port}/hook", list(events), generate_secret())
 
 
 def complete_tasks(store, db_url, n: int) -> None:

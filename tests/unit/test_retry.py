@@ -1,4 +1,5 @@
-"""Backoff math: exponential ceiling, full jitter inside [0, ceiling], a cap."""
+"""Backoff math: exponential ceiling, full jitter inside [0, ceiling], a cap; a role's count of
+failures in a row."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import random
 import statistics
 
 from skiplock.engine.model import RetryPolicy
-from skiplock.engine.retry import backoff_ceiling, retry_delay
+from skiplock.engine.errors import ConnectionLost, DatabaseUnavailable, StatementTimeout
+from skiplock.engine.retry import backoff_ceiling, failures_after, retry_delay
 
 
 def test_ceiling_doubles_until_the_cap():
@@ -37,3 +39,12 @@ def test_a_thousand_simultaneous_failures_do_not_return_together():
     for d in delays:
         buckets[int(d * 10)] = buckets.get(int(d * 10), 0) + 1
     assert max(buckets.values()) < 200  # without jitter all 1000 land in one bucket
+
+
+def test_a_lost_connection_counts_as_a_first_failure():
+    # a storm of ended backends builds no backoff: the next unit takes another connection
+    assert failures_after(0, ConnectionLost("terminating connection")) == 1
+    assert failures_after(7, ConnectionLost("terminating connection")) == 1
+    # a database that refuses, times out or is unreachable: one more each time
+    assert failures_after(7, DatabaseUnavailable("no database connection available")) == 8
+    assert failures_after(2, StatementTimeout("canceling statement")) == 3

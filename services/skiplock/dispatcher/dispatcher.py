@@ -29,6 +29,7 @@ import httpx
 from ..engine.errors import DatabaseUnavailable, InvalidInput
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.retry import failures_after
 from ..engine.settings import Settings
 from ..engine.store import Delivery, Store
 from ..engine.webhooks import SECRET_PREFIX, AddressGuard, Target, redacted, sign
@@ -265,7 +266,7 @@ class Dispatcher:
                     self._healthy, failures = True, 0
                 except DatabaseUnavailable as exc:
                     self._healthy = False
-                    failures += 1
+                    failures = failures_after(failures, exc)
                     pause = random.uniform(0, min(MAX_BACKOFF, 0.5 * 2 ** failures))
                     log.warning("database unavailable; retrying", extra={"error": str(exc)[:300],
                                                                          "retry_in": round(pause, 2)})

@@ -65,6 +65,14 @@ class DatabaseUnavailable(SkiplockError):
     status = 503
 
 
+class ConnectionLost(DatabaseUnavailable):
+    """Postgres ended the connection while it was in use (pg_terminate_backend, a restart, a proxy
+    or network path that reset it). The database itself may be fine: the next unit of work takes
+    another connection, so a role retries at once instead of backing off further. A statement
+    or COMMIT in flight may or may not have been applied: retry only what is safe to repeat (an
+    enqueue with its idempotency key, a fenced outcome)."""
+
+
 class StatementTimeout(DatabaseUnavailable):
     """Postgres cancelled a statement that ran past its statement timeout (the API's reads run
     under SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS): the database is busy or the query too broad."""

@@ -15,6 +15,7 @@ import time
 from ..engine.errors import DatabaseUnavailable, MigrationError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.retry import failures_after
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .firing import Firer
@@ -60,7 +61,7 @@ class Scheduler:
                 sleep = self.run_once()
             except (DatabaseUnavailable, MigrationError) as exc:
                 self._healthy = False
-                self._failures += 1
+                self._failures = failures_after(self._failures, exc)
                 sleep = random.uniform(0, min(MAX_BACKOFF, 0.5 * 2 ** self._failures))
                 log.warning("database unavailable; retrying", extra={
                     "error": " ".join(str(exc).split())[:300], "retry_in": round(sleep, 2)})

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics, observe_many
+from ..engine.retry import failures_after
 from ..engine.registry import Registry
 from ..engine.store import Store
 from .handler_threads import HandlerThreads
@@ -62,7 +63,7 @@ class Claimer:
                 failures = 0
             except DB_ERRORS as exc:
                 self.db_ok = False
-                failures += 1
+                failures = failures_after(failures, exc)
                 delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
                 log.warning("claim failed; retrying", extra={"error": short(exc), "retry_in": round(delay, 2),
                                                              "outcomes_pending": self._outcomes_pending()})

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from ..engine.errors import DatabaseUnavailable, DataRefused
 from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics, observe_many
+from ..engine.retry import failures_after
 from ..engine.model import BUSY, Settlement
 from ..engine.store import Store
 from .executor import retry_later, settlement
@@ -111,7 +112,7 @@ class Completer:
             self.run_once()
             return 0
         except DB_ERRORS as exc:
-            failures += 1
+            failures = failures_after(failures, exc)
             delay = random.uniform(0, min(cap, 0.1 * 2**failures))
             log.warning("writing outcomes failed; retrying",
                         extra={"error": short(exc), "retry_in": round(delay, 2), "pending": len(self._outcomes)})

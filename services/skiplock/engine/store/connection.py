@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import logging
+import select
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -22,7 +23,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .. import queries
-from ..errors import DatabaseError, DatabaseUnavailable, DataRefused, MigrationError, StatementTimeout
+from ..errors import (ConnectionLost, DatabaseError, DatabaseUnavailable, DataRefused, MigrationError,
+                      StatementTimeout)
 from ..settings import POOLERS
 
 log = logging.getLogger("skiplock.store")
@@ -57,18 +59,27 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# SQLSTATEs of a server that ends the session: admin_shutdown (pg_terminate_backend, a fast or
+# smart shutdown) and crash_shutdown (another backend crashed)
+_ENDED_BY_SERVER = frozenset({"57P01", "57P02"})
+
+
 class _Translated:
     """Every psycopg error as a skiplock error (`raise ... from exc`, so the driver's stays the
-    cause): a database whose skiplock schema was never migrated; a cancelled statement; a lost or
-    refused connection, and every other operational error (a lock timeout, a deadlock, a
-    serialization failure: try again); a value the database refuses; anything else (a bug of
-    ours). A class, not a generator: the worker enters it around every claim and settle, and one
-    shared instance costs no allocation."""
+    cause): a database whose skiplock schema was never migrated; a cancelled statement; a
+    connection the server ended or that broke while in use (ConnectionLost); a refused
+    connection, and every other operational error (a lock timeout, a deadlock, a serialization
+    failure: try again); a value the database refuses; anything else (a bug of ours). A class,
+    not a generator: the worker enters it around every claim and settle, and one shared instance
+    costs no allocation."""
 
     __slots__ = ()
 
     def __enter__(self) -> None:
         return None
+
+    def _lost(self, exc: psycopg.OperationalError) -> bool:
+        return exc.sqlstate in _ENDED_BY_SERVER
 
     def __exit__(self, kind, exc, tb) -> bool:
         if exc is None or not isinstance(exc, psycopg.Error):
@@ -79,7 +90,8 @@ class _Translated:
         if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout, or pg_cancel_backend
             raise StatementTimeout(f"the database cancelled the statement: {_first_line(exc)}") from exc
         if isinstance(exc, psycopg.OperationalError):
-            raise DatabaseUnavailable(str(exc).strip() or type(exc).__name__) from exc
+            kind = ConnectionLost if self._lost(exc) else DatabaseUnavailable
+            raise kind(str(exc).strip() or type(exc).__name__) from exc
         if isinstance(exc, psycopg.DataError):
             raise DataRefused(_first_line(exc)) from exc
         # IntegrityError, ProgrammingError, InternalError, InterfaceError, ...
@@ -89,9 +101,31 @@ class _Translated:
 _TRANSLATED = _Translated()
 
 
-def translated_errors() -> _Translated:
-    """`with translated_errors():` turns a psycopg error raised inside into a skiplock error."""
-    return _TRANSLATED
+class _TranslatedOn(_Translated):
+    """The translation around a pooled connection, which also knows a connection that broke
+    without a word from the server (a reset, an end of stream) by the connection's state."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection | None = None
+
+    def __enter__(self) -> "_TranslatedOn":
+        return self
+
+    def _lost(self, exc: psycopg.OperationalError) -> bool:
+        return super()._lost(exc) or (self.conn is not None and self.conn.broken)
+
+
+def translated_errors(conn: psycopg.Connection | None = None) -> _Translated:
+    """`with translated_errors():` turns a psycopg error raised inside into a skiplock error.
+    Given the connection the statements inside run on, a connection that broke without a word
+    from the server is a ConnectionLost too (without it, only one the server ended)."""
+    if conn is None:
+        return _TRANSLATED
+    translation = _TranslatedOn()
+    translation.conn = conn
+    return translation
 
 
 def use_generic_plans(conn: psycopg.Connection) -> None:
@@ -103,9 +137,15 @@ def use_generic_plans(conn: psycopg.Connection) -> None:
     these connections, which run only those statements, each is planned once (psycopg prepares
     it from its sixth use), without hash or merge joins or sequential scans, so that a plan made
     while the table was small stays right when it is large. tests/integration/test_claims.py
-    checks the plans."""
+    checks the plans.
+
+    And without JIT compilation: a sequential scan that no index can replace (the triggers' scans
+    of their transition tables and of webhook_endpoints, when an endpoint is enabled) still runs,
+    at the cost of 10^10 that enable_seqscan = off gives it, which is far past jit_above_cost, so
+    Postgres would compile, inline and optimize each trigger's statement on every claim and every
+    settle: hundreds of milliseconds each, for statements that run in one or two."""
     conn.execute("SET plan_cache_mode = force_generic_plan; SET enable_hashjoin = off; "
-                 "SET enable_mergejoin = off; SET enable_seqscan = off")
+                 "SET enable_mergejoin = off; SET enable_seqscan = off; SET jit = off")
 
 
 class JsonbLoader(psycopg.adapt.Loader):
@@ -192,16 +232,51 @@ _BORROW_SLICE = 0.5
 def _borrow(lent: ExitStack, pool: ConnectionPool, timeout: float, exhausted: dict[str, int]
             ) -> psycopg.Connection:
     """A connection of `pool`, returned when `lent` closes; waits up to `timeout` in slices.
-    A borrower that gives up is counted in `exhausted` and told what the pool holds."""
+    A borrower that gives up is counted in `exhausted` and told what the pool holds. A
+    connection whose server ended it while it sat in the pool is given back (the pool replaces
+    it) and another one taken."""
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
+        attempt = ExitStack()
         try:
-            return lent.enter_context(pool.connection(timeout=max(0.001, min(_BORROW_SLICE, remaining))))
+            conn = attempt.enter_context(pool.connection(timeout=max(0.001, min(_BORROW_SLICE, remaining))))
         except PoolTimeout as exc:
             if remaining <= _BORROW_SLICE:
                 exhausted[pool.name] = exhausted.get(pool.name, 0) + 1
                 raise DatabaseUnavailable(_exhausted_message(pool, timeout)) from exc
+            continue
+        if _ended_while_idle(conn):
+            attempt.close()
+            continue
+        lent.enter_context(attempt)
+        return conn
+
+
+def _ended_while_idle(conn: psycopg.Connection) -> bool:
+    """Whether the server ended `conn` while it sat idle in its pool (pg_terminate_backend, an
+    idle-session timeout, a restart): the server said so and closed its end, but the client
+    learns it only when it next reads. Handed out as it is, the unit of work that borrowed it
+    fails on its first statement, and its role backs off as if the database were down. An idle
+    connection has nothing to read, so the check is one poll of its socket, no round trip; only
+    when something arrived does it read (the server's farewell, then the end of the stream)."""
+    pgconn = conn.pgconn
+    try:
+        for _ in range(3):  # a notice may come alone; the farewell comes with the stream's end
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                break
+            waiting = select.poll()  # not select(): a process may have descriptors past FD_SETSIZE
+            waiting.register(pgconn.socket, select.POLLIN)
+            if not waiting.poll(0):
+                return False
+            pgconn.consume_input()
+    except (psycopg.OperationalError, OSError):
+        pass
+    else:
+        if pgconn.status == psycopg.pq.ConnStatus.OK:
+            return False
+    conn.close()  # the pool discards a closed connection it is given back, and opens another
+    return True
 
 
 def _exhausted_message(pool: ConnectionPool, timeout: float) -> str:
@@ -376,8 +451,9 @@ class Database:
         psycopg error inside surfaces as a skiplock error (see translated_errors)."""
         pool = pool or self.pool
         with ExitStack() as lent:
-            lent.enter_context(translated_errors())
-            conn = _borrow(lent, pool, pool.timeout if timeout is None else timeout, self.exhausted)
+            translation = lent.enter_context(_TranslatedOn())
+            conn = translation.conn = _borrow(lent, pool, pool.timeout if timeout is None else timeout,
+                                              self.exhausted)
             yield conn
 
     def fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None) -> list[tuple]:
@@ -417,12 +493,12 @@ class BoundDatabase(Database):
     @contextmanager
     def connection(self, timeout: float | None = None, *, pool: ConnectionPool | None = None
                    ) -> Iterator[psycopg.Connection]:
-        with translated_errors():
+        with translated_errors(self.conn):
             yield self.conn
 
     @contextmanager
     def unit(self) -> Iterator[psycopg.Connection]:
-        with translated_errors():
+        with translated_errors(self.conn):
             yield self.conn
 
     def open(self, wait: bool = False) -> None:
