@@ -17,7 +17,7 @@ from typing import Any
 
 from .engine import migrate as migrations
 from .engine import store as store_mod
-from .engine.errors import ConfigError, InvalidInput, MigrationError
+from .engine.errors import ConfigError, ConnectionLost, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader, check_pooler
 from .engine.model import TaskSpec
 from .engine.store import Connection
@@ -88,7 +88,15 @@ def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
         with store_mod.translated_errors():
             _require_schema(conn, schema)
         ids = write(conn, schema)
-        conn.commit()
+        try:
+            with store_mod.translated_errors(conn):
+                conn.commit()
+        except ConnectionLost as exc:
+            # COMMIT was sent and no answer came: Postgres may have applied it or not
+            raise ConnectionLost(
+                "the connection was lost while committing, so the tasks may or may not be stored: enqueue "
+                "again with the same idempotency key (a stored task's key returns its id; a missing one is "
+                f"stored); without a key, look before enqueueing again ({' '.join(str(exc).split())})") from exc
     return ids
 
 

@@ -12,18 +12,15 @@ import select
 import socket
 import threading
 
+from tests.support.tcp_proxy import TcpProxy
 
-class SilentProxy:
+
+class SilentProxy(TcpProxy):
     def __init__(self, target_port: int):
         self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()
-        self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+        super().__init__(target_port)
 
     def silence(self) -> None:
         self._flowing.clear()
@@ -32,33 +29,12 @@ class SilentProxy:
         self._flowing.set()
 
     def close(self) -> None:
-        self._closed.set()
         self._flowing.set()
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+        super().close()
 
-    def __enter__(self) -> "SilentProxy":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                continue
-            with self._lock:
-                self._sockets += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), name="proxy-pump", daemon=True).start()
+    def serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(src, dst), name="proxy-pump", daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:

@@ -18,12 +18,12 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ..engine.errors import DatabaseUnavailable, DataRefused
+from ..engine.errors import ConnectionLost, DatabaseUnavailable, DataRefused
 from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics, observe_many
 from ..engine.retry import failures_after
 from ..engine.model import BUSY, Settlement
-from ..engine.store import Store
+from ..engine.store import Store, translated_errors
 from .executor import retry_later, settlement
 from .slots import Run, Slots
 from .store_errors import DB_ERRORS, short, translated
@@ -126,7 +126,7 @@ class Completer:
         if not batch:
             return 0
         try:
-            applied = self.store.tasks.task_settle([r.settlement for r in batch])
+            applied = self._settle(batch)
         except DataRefused:
             # one outcome the database refuses must not hold up the others
             self._settle_one_by_one(batch)
@@ -139,6 +139,31 @@ class Completer:
             # a retry or step due now, or a release: the claimer may have stopped looking
             self.slots.announce()
         return len(batch)
+
+    def _settle(self, batch: list[Run]) -> dict[uuid.UUID, str]:
+        """task_settle of the batch's outcomes. A connection lost before the answer came leaves
+        each in doubt: the statement may have been applied. Written again, an outcome the fence
+        refuses may be the one that stands; those found standing count as written."""
+        try:
+            applied = self.store.tasks.task_settle([r.settlement for r in batch])
+        except ConnectionLost:
+            for run in batch:
+                run.in_doubt = True
+            raise
+        doubted = [r for r in batch if r.in_doubt and r.task.id not in applied]
+        if doubted:
+            try:
+                stands = self.store.tasks.task_outcome_stands([(r.task.id, r.task.lease_token) for r in doubted])
+            except DB_ERRORS as exc:  # then counted as refused, which they were, this time
+                log.warning("could not tell whether refused outcomes were written before",
+                            extra={"error": short(exc), "outcomes": len(doubted)})
+                stands = {}
+            for run in doubted:
+                if run.task.id in stands:
+                    log.info("outcome already written; the answer to its write was lost",
+                             extra={"task_id": str(run.task.id), "state": stands[run.task.id]})
+            applied.update(stands)
+        return applied
 
     def flush(self, deadline: float) -> None:
         """Write every outcome held (shutdown): retry through a database outage until `deadline`,
@@ -188,7 +213,7 @@ class Completer:
             self.submit(run)
             return
         try:
-            with translated:
+            with translated_errors(conn):
                 applied = self._settle_held(outcome, conn)
                 if applied:
                     conn.commit()
@@ -196,8 +221,15 @@ class Completer:
                     conn.rollback()
         except DB_ERRORS as exc:
             _rollback(held, close=True)
-            log.warning("transactional outcome failed; handler writes rolled back",
-                        extra={"task_id": str(run.task.id), "error": short(exc)})
+            if isinstance(exc, ConnectionLost):
+                # the COMMIT may have been applied, the handler's writes with the outcome: the retry
+                # below is then refused by its fence, and found standing (_settle)
+                run.in_doubt = True
+                log.warning("connection lost while writing a transactional outcome; written again",
+                            extra={"task_id": str(run.task.id), "error": short(exc)})
+            else:
+                log.warning("transactional outcome failed; handler writes rolled back",
+                            extra={"task_id": str(run.task.id), "error": short(exc)})
             run.settlement = retry_later(run, f"transaction failed: {short(exc)}")
             self.submit(run)
             return

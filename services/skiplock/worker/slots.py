@@ -21,7 +21,7 @@ class Run:
     """One claimed task in this process, from claim to written outcome."""
 
     __slots__ = ("task", "ctx", "definition", "started", "handler_done", "given_up", "timed_out",
-                 "settlement", "elapsed")
+                 "settlement", "elapsed", "in_doubt")
 
     def __init__(self, task: ClaimedTask, ctx: TaskContext, definition: TaskDef | None):
         self.task, self.ctx, self.definition = task, ctx, definition
@@ -31,6 +31,7 @@ class Run:
         self.timed_out = False
         self.settlement: Settlement | None = None
         self.elapsed: float | None = None  # handler run time, observed when the outcome is written
+        self.in_doubt = False  # a write of its outcome lost its answer: it may have been applied
 
 
 class Slots:

@@ -247,6 +247,19 @@ SELECT id, state FROM settled
 UNION ALL
 SELECT id, 'busy' FROM busy;
 
+-- name: task_outcome_stands
+-- After an outcome write whose answer was lost (the connection broke after the statement was
+-- sent), which of these claims (id, lease token) already have an outcome written: an event of
+-- that lease written by task_settle, which is a completion, or records its outcome in
+-- data.outcome (a reclaim's, a cancel request's and the claim's own event do neither). Returns
+-- each such task's state now.
+SELECT t.id, t.state
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
+JOIN skiplock.tasks AS t ON t.id = i.id
+WHERE EXISTS (SELECT 1 FROM skiplock.task_events AS e
+              WHERE e.task_id = i.id AND e.lease_token = i.token
+                AND (e.type = 'completed' OR e.data ? 'outcome'));
+
 -- name: task_reclaim_expired
 -- The reclaim. Claims whose lease ran out go back to 'queued' (the attempt is given back: a lost
 -- lease is not the handler's failure) or to 'failed' once the reclaim budget or the deadline is

@@ -196,6 +196,14 @@ class TaskStore:
                 return dict(conn.execute(self.db.sql["task_settle"], params).fetchall())
         return dict(self.db.fetch("task_settle", params, pool=self.db.outcome_pool))
 
+    def task_outcome_stands(self, leases: Sequence[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, str]:
+        """{task id: state} of the claims (id, lease token) whose outcome is already written: after a
+        write whose answer was lost, a repeat the fence refused may be one that stands."""
+        if not leases:
+            return {}
+        return dict(self.db.fetch("task_outcome_stands", dict(ids=[i for i, _ in leases],
+                                                               tokens=[t for _, t in leases])))
+
     def task_reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[ReclaimedTask]:
         """The reclaimer's unit of work: each claim it took back, with the state it left it in."""
         return self.db.fetch_as("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
