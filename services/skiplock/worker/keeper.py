@@ -82,6 +82,7 @@ class Keeper:
             try:
                 done["reclaimed"] = self.reclaim_once()
             except DB_ERRORS as exc:
+                self._unanswered()
                 log.warning("reclaim failed", extra={"error": short(exc)})
         return done
 
@@ -118,8 +119,15 @@ class Keeper:
             self.registration.beat(self.slots.in_flight())
             return True
         except DB_ERRORS as exc:
+            self._unanswered()
             log.warning("worker registry heartbeat failed", extra={"error": short(exc)})
             return False
+
+    def _unanswered(self) -> None:
+        """A duty other than the claims' heartbeat failed on the database: the worker is unready
+        now. Its duties run one after the other, so on a silent path the heartbeat would wait as
+        long again for its own answer before saying so."""
+        self.claimer.db_ok = False
 
     def reclaim_once(self) -> int:
         """Expired leases back to their queues (the scheduler's reclaim); returns how many."""
