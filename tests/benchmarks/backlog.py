@@ -9,18 +9,22 @@
 claims from 8 queues holding --baseline (20,000) tasks in all, and from 8 queues holding --backlog
 (1,000,000), in turn, each in a fresh copy of a database seeded set-based and vacuumed (as
 autovacuum leaves a table after a bulk load). The claim rate is read from the tasks' own claim
-times (started_at): claims after the first --window/50 (start-up), up to the --window-th (20,000
-for the baseline: all of it; 200,000 at 1,000,000, so the backlog stays above 800,000), divided by
-the time between them. The ratio is the issue's figure (target: at least 0.8). The rate of each
-tenth of the window shows whether it decays as the claimed rows' dead versions pile up.
---explain adds, at the backlog, the claim's EXPLAIN (ANALYZE, BUFFERS) as the worker's claims
-connection runs it, fresh and after the window, with the tables' dead tuples and the indexes'
-sizes.
+times (started_at): claims after the first fiftieth of the claims measured (start-up), up to the
+last, divided by the time between them. Three runs in turn: the baseline, drained whole; the same
+number of claims with the backlog queued, so that only the backlog differs (the issue's figure:
+at least 0.8 of the baseline); and a --window (200,000) of claims at the backlog, long enough for
+the claimed rows' dead index entries to pile up before autovacuum removes them. The rate of each
+tenth of a run shows a decay; each run reports the autovacuums during it and the longest-held
+snapshot. --explain adds the claim's EXPLAIN (ANALYZE, BUFFERS) as the worker's claims connection
+runs it, fresh and after the runs of the last repetition, with the tables' dead rows and the
+indexes' sizes.
 
 **Many workers.** --drain-tasks (100,000) tasks on one queue, drained by 1, 2, 4 and 8 worker
-processes (concurrency 100 each), each count in a fresh copy: the rate from the first completion
-to the last (finished_at), and from spawning the first process to the last completion. Meanwhile
-pg_stat_activity is sampled every 20 ms for skiplock backends waiting on a lock.
+processes (concurrency 100 each), each count in a fresh copy. The queue is paused while the
+processes start and resumed once all have registered (on 2 cores, 8 processes' start-up would
+otherwise overlap the first ones' work): the rate from the first completion to the last
+(finished_at), and from the release to the last completion. Meanwhile pg_stat_activity is
+sampled every 20 ms for skiplock backends waiting on a lock.
 
 The server is a throwaway cluster with Postgres's default settings (autovacuum, fsync, synchronous
 commit and full-page writes on; tests/pgcluster.py) unless --server names one. Runs of each kind
@@ -38,8 +42,9 @@ import time
 import psycopg
 
 from skiplock.engine.store import Store
-from tests.benchmarks.queue_drains import (CLAIMS, Databases, Workers, header, load_average, prepare, server,
-                                           slices, steady, times, wait_claims, wait_completed)
+from tests.benchmarks.queue_drains import (Databases, SnapshotWatch, Workers, autovacuums, header, held_back,
+                                           load_average, prepare, server, slices, steady, times, wait_claims,
+                                           wait_completed)
 from tests.support.lock_watch import LockSampler, is_extension
 from tests.support.plans import explain_prepared
 
@@ -54,16 +59,17 @@ def claim_rate(dbs: Databases, n: int, queues: list[str], window: int, *, explai
         with psycopg.connect(url, autocommit=True) as conn:
             if explain:
                 print(explain_claim(url, queues, f"{explain}, fresh"))
-            workers.spawn(url, queues, CONCURRENCY)
-            try:
-                wait_claims(conn, workers, window, timeout=120 + window / 500)
-            finally:
-                workers.stop()
+            with SnapshotWatch(url) as snapshots:
+                workers.spawn(url, queues, CONCURRENCY)
+                try:
+                    wait_claims(conn, workers, window, timeout=120 + window / 500)
+                finally:
+                    workers.stop()
             stamps = times(conn, "started_at")
             skip = max(200, window // 50)
             rate = steady(stamps, skip, window)
             result = {"rate": rate.per_second, "slices": slices(stamps, skip, window, 10),
-                      "claims": conn.execute(CLAIMS).fetchone()[0]}
+                      "autovacuums": autovacuums(conn), "snapshot": snapshots.longest, "load": load_average()}
             if explain:
                 print(explain_claim(url, queues, f"{explain}, after {window:,} claims"))
                 print(table_state(conn))
@@ -108,24 +114,37 @@ def table_state(conn: psycopg.Connection) -> str:
 
 def backlog_section(dbs: Databases, args: argparse.Namespace) -> None:
     queues = [f"q{i}" for i in range(args.queues)]
-    runs: dict[int, list[dict]] = {args.baseline: [], args.backlog: []}
-    windows = {args.baseline: args.baseline, args.backlog: min(args.window, args.backlog)}
+    # (queued at the start, claims measured): the baseline drained whole; the same number of
+    # claims with the backlog queued (the issue's figure); and a long stretch at the backlog
+    kinds = [(args.baseline, args.baseline), (args.backlog, args.baseline)]
+    if args.window > args.baseline:
+        kinds.append((args.backlog, min(args.window, args.backlog)))
+    runs: dict[tuple[int, int], list[dict]] = {kind: [] for kind in kinds}
     for rep in range(args.repeat):
-        for n in (args.baseline, args.backlog):
-            explain = f"{n:,} queued" if args.explain and rep == args.repeat - 1 else None
-            print(f"backlog {n:,}, run {rep + 1}/{args.repeat}", file=sys.stderr)
-            runs[n].append(claim_rate(dbs, n, queues, windows[n], explain=explain))
-    base = statistics.median(r["rate"] for r in runs[args.baseline])
+        for n, window in kinds:
+            last = args.explain and rep == args.repeat - 1 and (n, window) != kinds[1]
+            print(f"{window:,} claims of {n:,}, run {rep + 1}/{args.repeat}", file=sys.stderr)
+            runs[n, window].append(claim_rate(dbs, n, queues, window, explain=f"{n:,} queued" if last else None))
+    base = statistics.median(r["rate"] for r in runs[kinds[0]])
     print(f"\n### Claims by one worker against the backlog ({args.queues} queues, concurrency {CONCURRENCY}, "
           f"median of {args.repeat})\n")
-    print("| queued at the start | claims measured | claims/s | each run | vs the baseline | "
-          "tenths of the window, claims/s (first run) |")
-    print("|---:|---:|---:|---|---:|---|")
-    for n, results in runs.items():
+    print("| queued at the start | claims measured | claims/s | each run | vs the baseline |")
+    print("|---:|---:|---:|---|---:|")
+    for (n, window), results in runs.items():
         rate = statistics.median(r["rate"] for r in results)
         each = ", ".join(f"{r['rate']:,.0f}" for r in results)
-        tenths = " ".join(f"{s:,.0f}" for s in results[0]["slices"])
-        print(f"| {n:,} | {windows[n]:,} | {rate:,.0f} | {each} | {rate / base:.2f} | {tenths} |")
+        print(f"| {n:,} | {window:,} | {rate:,.0f} | {each} | {rate / base:.2f} |")
+    print("\nEach run: claims/s in each tenth of its window; autovacuum/autoanalyze runs on tasks and "
+          "task_events during it; the longest-held snapshot seen in its database (every row version it "
+          "may see is kept); the load average at its end.\n")
+    print("| queued | claims | run | tenths of the window, claims/s | autovacuum/autoanalyze | longest snapshot | load |")
+    print("|---:|---:|---:|---|---|---|---|")
+    for (n, window), results in runs.items():
+        for i, r in enumerate(results, 1):
+            tenths = " ".join(f"{x:,.0f}" for x in r["slices"])
+            seconds, who = r["snapshot"]
+            print(f"| {n:,} | {window:,} | {i} | {tenths} | {r['autovacuums']} | {seconds:.1f} s "
+                  f"({who.replace('|', '/')}) | {r['load']} |")
 
 
 def workers_section(dbs: Databases, args: argparse.Namespace) -> None:
@@ -139,14 +158,14 @@ def workers_section(dbs: Databases, args: argparse.Namespace) -> None:
     base = statistics.median(r["steady"] for r in runs[counts[0]])
     print(f"\n### A drain of {n:,} tasks on one queue by several worker processes (concurrency {CONCURRENCY} "
           f"each, median of {args.repeat})\n")
-    print("| processes | tasks/s, first to last completion | each run | incl. start-up | "
+    print("| processes | tasks/s, first to last completion | each run | from the release | "
           f"vs {counts[0]} | lock waits sampled: row or transaction / extension (samples) |")
     print("|---:|---:|---|---:|---:|---|")
     for k, results in runs.items():
         rate = statistics.median(r["steady"] for r in results)
         each = ", ".join(f"{r['steady']:,.0f}" for r in results)
         print(f"| {k} | {rate:,.0f} | {each} | "
-              f"{statistics.median(r['with_startup'] for r in results):,.0f} | {rate / base:.2f} | "
+              f"{statistics.median(r['from_release'] for r in results):,.0f} | {rate / base:.2f} | "
               f"{sum(r['conflicts'] for r in results)} / {sum(r['extensions'] for r in results)} "
               f"({sum(r['samples'] for r in results)}) |")
 
@@ -156,17 +175,18 @@ def drain(dbs: Databases, n: int, k: int) -> dict:
     workers = Workers()
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            spawned = time.time()
-            with LockSampler(url, interval=0.02) as sampler:
+            with held_back(url, "default", workers, k):
                 for _ in range(k):
                     workers.spawn(url, ["default"], CONCURRENCY)
+            released = time.time()
+            with LockSampler(url, interval=0.02) as sampler:
                 try:
                     wait_completed(conn, workers, n, timeout=120 + n / 200)
                 finally:
                     workers.stop()
             stamps = times(conn, "finished_at")
         waits = [w[1] for w in sampler.waits]
-        return {"steady": steady(stamps, 0).per_second, "with_startup": n / (stamps[-1] - spawned),
+        return {"steady": steady(stamps, 0).per_second, "from_release": n / (stamps[-1] - released),
                 "conflicts": sum(not is_extension(w) for w in waits), "extensions": sum(map(is_extension, waits)),
                 "samples": sampler.samples}
     finally:
@@ -177,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.backlog", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--baseline", type=int, default=20_000)
-    parser.add_argument("--window", type=int, default=200_000, help="claims measured at the backlog")
+    parser.add_argument("--window", type=int, default=200_000, help="claims in the long run at the backlog")
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", default="1,2,4,8", help="worker process counts of the drains")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from skiplock.engine import migrate
+from skiplock.engine.store import Store
 from tests.benchmarks.handlers_skiplock import KIND
 from tests.benchmarks.run import BENCH_SERVER_SETTINGS, REPO_ROOT, compile_bytecode, server_facts, url_with_db
 
@@ -165,6 +167,29 @@ class Workers:
                 proc.wait(10)
 
 
+@contextlib.contextmanager
+def held_back(url: str, queue: str, workers: Workers, count: int) -> Iterator[None]:
+    """The queue paused while the block spawns `count` workers; once every one has registered
+    (its listener, claimer and keeper are running), the pause is lifted, which wakes them all
+    (pause_clear notifies). So a drain by several processes is timed without their start-up,
+    which on a small machine would overlap the first processes' work."""
+    store = Store(url, min_size=1, max_size=1).open(wait=True)
+    try:
+        store.tasks.pause_set("queue", queue)
+        yield
+        with psycopg.connect(url, autocommit=True) as conn:
+            deadline = time.monotonic() + 120
+            while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < count:
+                workers.check_alive()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"fewer than {count} workers registered after 120 s")
+                time.sleep(0.1)
+        time.sleep(0.5)  # the last one's listener, connecting as it registers
+        store.tasks.pause_clear("queue", queue)
+    finally:
+        store.close()
+
+
 def wait_claims(conn: psycopg.Connection, workers: Workers, target: int, timeout: float) -> None:
     """Until `target` claims were made (the lease-token sequence counts them: a cheap read)."""
     deadline = time.monotonic() + timeout
@@ -184,6 +209,44 @@ def wait_completed(conn: psycopg.Connection, workers: Workers, target: int, time
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {target} tasks completed after {timeout:.0f} s")
         time.sleep(0.05)
+
+
+class SnapshotWatch(threading.Thread):
+    """The longest-held snapshot in a database while a run lasts: Postgres keeps every row version
+    that snapshot may see, and a claim walks past the dead ones (read every 0.25 s)."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.stop = threading.Event()
+        self.longest = (0.0, "")  # (seconds, who)
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.stop.wait(0.25):
+                row = conn.execute(
+                    "SELECT extract(epoch FROM now() - coalesce(xact_start, query_start))::float8, "
+                    "       coalesce(nullif(application_name, ''), backend_type) || ': ' || left(query, 60) "
+                    "FROM pg_stat_activity WHERE datname = current_database() AND backend_xmin IS NOT NULL "
+                    "  AND pid <> pg_backend_pid() ORDER BY 1 DESC NULLS LAST LIMIT 1").fetchone()
+                if row and row[0] and row[0] > self.longest[0]:
+                    self.longest = (row[0], row[1])
+
+    def __enter__(self) -> "SnapshotWatch":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.join(5)
+
+
+def autovacuums(conn: psycopg.Connection) -> str:
+    """The autovacuum and autoanalyze runs on the tasks and their events since the database was
+    made (a fresh copy counts from zero)."""
+    rows = conn.execute("SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
+                        "WHERE schemaname = 'skiplock' AND relname IN ('tasks', 'task_events') ORDER BY relname")
+    return ", ".join(f"{name} {vacuums}/{analyzes}" for name, vacuums, analyzes in rows)
 
 
 @dataclass
