@@ -259,22 +259,30 @@ def _ended_while_idle(conn: psycopg.Connection) -> bool:
     learns it only when it next reads. Handed out as it is, the unit of work that borrowed it
     fails on its first statement, and its role backs off as if the database were down. An idle
     connection has nothing to read, so the check is one poll of its socket, no round trip; only
-    when something arrived does it read (the server's farewell, then the end of the stream)."""
+    when something arrived does it read it. The server's farewell is a FATAL error, which libpq
+    hands to the notice handlers on an idle connection; the end of the stream may come a moment
+    after it, so the farewell alone settles it."""
     pgconn = conn.pgconn
-    try:
-        for _ in range(3):  # a notice may come alone; the farewell comes with the stream's end
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                break
-            waiting = select.poll()  # not select(): a process may have descriptors past FD_SETSIZE
-            waiting.register(pgconn.socket, select.POLLIN)
-            if not waiting.poll(0):
-                return False
-            pgconn.consume_input()
-    except (psycopg.OperationalError, OSError):
-        pass
-    else:
-        if pgconn.status == psycopg.pq.ConnStatus.OK:
+    if pgconn.status == psycopg.pq.ConnStatus.OK:
+        waiting = select.poll()  # not select(): a process may have descriptors past FD_SETSIZE
+        waiting.register(pgconn.socket, select.POLLIN)
+        if not waiting.poll(0):
             return False
+        severities: list[str | None] = []
+
+        def heard(diagnostic: psycopg.errors.Diagnostic) -> None:
+            severities.append(diagnostic.severity_nonlocalized or diagnostic.severity)
+
+        conn.add_notice_handler(heard)
+        try:
+            pgconn.consume_input()  # reads what arrived,
+            pgconn.is_busy()  # and parses it: the farewell goes to the notice handlers
+        except (psycopg.OperationalError, OSError):
+            pass
+        finally:
+            conn.remove_notice_handler(heard)
+        if pgconn.status == psycopg.pq.ConnStatus.OK and not {"FATAL", "PANIC"} & set(severities):
+            return False  # a notice, or a parameter's new value: the connection is fine
     conn.close()  # the pool discards a closed connection it is given back, and opens another
     return True
 
