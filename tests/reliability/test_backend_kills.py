@@ -16,8 +16,6 @@ import datetime as dt
 import threading
 import time
 
-import pytest
-
 import skiplock
 from skiplock.api.app import close_app, create_app
 from skiplock.engine.settings import Settings
