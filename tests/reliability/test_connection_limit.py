@@ -3,13 +3,15 @@ handlers each hold a ctx.transaction(). Each worker may hold concurrency + 7 con
 of concurrency + 4, claims, outcomes, LISTEN): 108 wanted, 37 to be had. The workers start while
 every slot is taken: they wait with one log line naming the cause instead of exiting, and start
 once slots free up. Then nothing is lost, no handler waits forever for a connection (the drain
-ends), and the pool metrics show the waits. A worker that finds no slot free stays unready and
-claims nothing until one frees, but keeps running.
+ends), and the pool metrics show the waits. A worker that finds no slot free keeps waiting, and
+claims nothing until one frees: it starts when a started worker stops, as on a scale-in.
 
 The server is the test's own (ThrowawayCluster); the workers connect as an ordinary role, so the
 superuser's reserved slots stay free for the test's own checks."""
 
 from __future__ import annotations
+
+import signal
 
 import psycopg
 import pytest
@@ -68,21 +70,31 @@ def test_workers_share_a_full_connection_limit_and_lose_nothing(cluster, process
         assert scalar(db, "SELECT count(DISTINCT task_id) FROM public.ledger") == TASKS
         peak = scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'")
 
-    # a worker still waiting for a slot at startup serves no metrics yet; it starts at its next try
-    for proc in workers:
+    # A worker still waiting for a slot at startup serves no metrics yet, and the started ones keep
+    # their connections after the drain. As when an autoscaler removes a pod, one started worker
+    # stops: the slots it frees let every waiting worker start at its next try.
+    started = [proc for proc in workers if "worker started" in proc.log()]
+    assert started, "no worker started"
+    samples = {proc.pid: harness.scrape(proc.metrics_port) for proc in started}
+    leaving = started[0]
+    leaving.signal(signal.SIGTERM)
+    assert leaving.wait(30) == 0, leaving.log()[-3000:]
+    staying = [proc for proc in workers if proc is not leaving]
+    for proc in staying:
         wait_for(lambda: "worker started" in proc.log(), 30, message=f"worker {proc.pid} to start")
-    ready = sum(harness.http_status(proc.metrics_port, "/readyz") == 200 for proc in workers)
-    samples = [harness.scrape(proc.metrics_port) for proc in workers]
+    ready = sum(harness.http_status(proc.metrics_port, "/readyz") == 200 for proc in staying)
+    samples.update({proc.pid: harness.scrape(proc.metrics_port) for proc in staying})
+    samples = list(samples.values())
     waited = sum(metric(s, "skiplock_db_pool_wait_seconds_total") or 0 for s in samples)
     refused = sum(metric(s, "skiplock_db_pool_connect_errors_total") or 0 for s in samples)
     exhausted = sum(metric(s, "skiplock_db_pool_exhausted_total") or 0 for s in samples)
     print(f"pool waits {waited:.1f} s in all, connection attempts refused {refused:g}, borrowers that "
-          f"gave up {exhausted:g}, connections at the end {peak}, workers ready {ready} of {WORKERS}")
+          f"gave up {exhausted:g}, connections at the end {peak}, {len(started)} of {WORKERS} workers started during the drain, {ready} of {WORKERS - 1} ready after one stopped")
     for s in samples:
         # the arithmetic of docs/OPERATIONS.md: a pool of concurrency + 4, one for claims, one for outcomes
         assert metric(s, "skiplock_db_pool_connections_max", pool="worker") == CONCURRENCY + 4
         assert metric(s, "skiplock_db_pool_connections_max") == CONCURRENCY + 6
     assert waited > 0, "no borrower waited: the limit was not reached"
     for proc in workers:
-        assert proc.alive(), proc.log()[-3000:]
+        assert proc is leaving or proc.alive(), proc.log()[-3000:]
         assert proc.log().count("no free connection slot") == 1
