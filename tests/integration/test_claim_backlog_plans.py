@@ -4,9 +4,9 @@ index-ordered scan per queue, locking as it goes, whether Postgres plans it for 
 defaults) or once for all values (the generic plan of the worker's claims connection, and the one
 Postgres's own plan cache switches to after five executions of a prepared statement).
 
-The backlog is big enough that Postgres has a cheaper plan than reading every queued row when the
-index cannot be used (a bitmap scan of another index and a sort): the test shows that plan is
-refused, so the check can fail. 100,000 tasks in `make test`, 1,000,000 under `make reliability`.
+The backlog is big enough for the index to matter: without it, Postgres reads the table and sorts
+what it found, per queue; the test shows that plan refused by the same check, so the check can
+fail. 100,000 tasks in `make test`, 1,000,000 under `make reliability`.
 """
 
 from __future__ import annotations
