@@ -175,7 +175,6 @@ class Soak:
                  retain_completed: float = RETAIN_COMPLETED_SECONDS, retention_every: float = RETENTION_SECONDS,
                  log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)):
         self.url, self.kind, self.log = url, kind, log
-        self.retain_completed = retain_completed
         self.db = psycopg.connect(url, autocommit=True)
         self.worker = spawn(url, tasks=handlers, env={"SKIPLOCK_CONCURRENCY": concurrency})
         self.scheduler = spawn(url, command="scheduler", env={
@@ -186,6 +185,7 @@ class Soak:
         self.samples: list[Sample] = []
         self.enqueuer: Enqueuer | None = None
         self.completed = 0  # completions counted so far, over every window
+        self.deleted_before = 0  # tasks retention deleted before run() (measure_drain's)
 
     def close(self) -> None:
         if self.enqueuer is not None and self.enqueuer.is_alive():
@@ -200,7 +200,7 @@ class Soak:
         start to the last finish (database times). The tasks and their events are removed after."""
         skiplock.enqueue_many(self.url, self.kind, [{}] * tasks)
         harness.wait_for(lambda: self._scalar(
-            "SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'") == tasks,
+            "SELECT count(*) FROM skiplock.tasks WHERE state IN ('queued', 'running')") == 0,
             timeout, interval=0.5, message=f"a drain of {tasks} tasks")
         seconds = self._scalar("SELECT extract(epoch FROM max(finished_at) - min(started_at))::float8 "
                                "FROM skiplock.tasks")
@@ -210,7 +210,7 @@ class Soak:
 
     def _deleted(self) -> int:
         value = harness.metric(self.scheduler.metrics_port, "skiplock_tasks_deleted_total", state="completed")
-        return int(value or 0)
+        return int(value or 0) - self.deleted_before
 
     def _read_window(self, since, until, buckets: Counter) -> int:
         rows = self.db.execute(LATENCIES, {"since": since, "until": until}).fetchall()
@@ -244,6 +244,8 @@ class Soak:
         now = "SELECT now() - %(lag)s * interval '1 second'"
         lag = {"lag": COMMIT_LAG_SECONDS}
         self.enqueuer = Enqueuer(self.url, rate, self.kind)
+        self.deleted_before = 0
+        self.deleted_before = self._deleted()
         start_db = self._scalar("SELECT now()")
         start = time.monotonic()
         self.enqueuer.start()
