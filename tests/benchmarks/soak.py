@@ -285,8 +285,14 @@ class Soak:
         # wait out the commit lag, then count every window up to now
         time.sleep(COMMIT_LAG_SECONDS + 0.5)
         self._read_window(self._since, self._scalar("SELECT now()"), Counter())
-        deleted = self._deleted()
-        kept = self._scalar("SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'")
+        # retention goes on deleting, and the scheduler counts a batch just after its commit: a
+        # table read between the two sees rows gone that the counter does not have yet. Read the
+        # counter on both sides of the table until it did not move in between.
+        for _ in range(50):
+            deleted = self._deleted()
+            kept = self._scalar("SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'")
+            if self._deleted() == deleted:
+                break
         return {"enqueued": self.enqueuer.sent, "completed": self.completed, "deleted": deleted, "kept": kept}
 
 

@@ -56,7 +56,8 @@ def test_a_steady_rate_completes_everything_and_the_database_stays_bounded(clust
 
         # every task enqueued was completed once: deleted by retention or still kept, none failed
         assert totals["enqueued"] >= RATE * SECONDS * 0.9
-        assert state_counts(soak.db) == {"completed": totals["kept"]}
+        # (retention goes on deleting: the kept count is drain()'s, read with the deleted one)
+        assert set(state_counts(soak.db)) <= {"completed"}
         assert totals["deleted"] + totals["kept"] == totals["enqueued"]
         # the backlog never held more than a few seconds of enqueueing
         assert max(s.backlog for s in samples) <= RATE * 5
