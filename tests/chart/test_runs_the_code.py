@@ -86,9 +86,14 @@ def exported_metric_names(body: str) -> set[str]:
 
 
 @pytest.mark.parametrize("scenario", ["default", "minimal", "everything"])
-def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_url, db, tmp_path):
+def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_url, db, store, tmp_path):
+    from skiplock.engine.limits import Limit, apply_limits
+
     objs = r.scenario_objects(scenario)
     secret = _database_secret(objs)
+    # a limit set by hand before the release: the scheduler's limits file deletes it only with limitsPrune
+    stray = Limit.build("demo.stray", concurrency=3)
+    apply_limits(store, [stray])
 
     # the migration Job: applies (here: finds nothing pending in the migrated database), exits 0
     (job,) = r.kind(objs, "Job")
@@ -137,6 +142,15 @@ def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_ur
         expected = [s["name"] for s in r.scenario_values(scenario).get("scheduler", {}).get("schedules", [])]
         applied = [row[0] for row in db.execute("SELECT name FROM skiplock.schedules ORDER BY name")]
         assert applied == sorted(expected)
+
+        # and the limits: every limit the values name is in the table the workers' claims read
+        values = r.scenario_values(scenario).get("scheduler", {})
+        expected_limits = [Limit.from_mapping(e) for e in values.get("limits", [])]
+        if not values.get("limitsPrune"):
+            expected_limits.append(stray)
+        limits = [record.limit for record in store.limits.limit_list()]
+        assert sorted(limits, key=lambda x: x.kind) == sorted(expected_limits, key=lambda x: x.kind)
+        assert (scenario == "everything") == bool(values.get("limits"))  # so the file path is exercised
 
         # the `helm test` pod's check passes against this api (its Service name is the one change)
         tests = [p for p in r.kind(objs, "Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]

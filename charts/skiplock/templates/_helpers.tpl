@@ -181,6 +181,13 @@ have no cluster to look in and make a new one each time. */}}
 {{- if and (gt (int $v.worker.keda.minReplicas) (int $v.worker.keda.maxReplicas)) }}
 {{- fail "worker.keda.minReplicas must be <= maxReplicas" }}
 {{- end }}
+{{- $limited := dict }}
+{{- range $v.scheduler.limits }}
+{{- if hasKey $limited .kind }}
+{{- fail (printf "scheduler.limits: kind %s is limited more than once (the scheduler would refuse the file)" .kind) }}
+{{- end }}
+{{- $_ := set $limited .kind true }}
+{{- end }}
 {{- end }}
 
 {{/* ---- pod pieces every skiplock role shares ------------------------------------------------ */}}
