@@ -25,9 +25,11 @@ QUEUE = Object({
     "name": Name(),
     "tasks": Object({state: Integer() for state in STATES}, "Tasks per state."),
     "claimable": Integer("Queued tasks a worker could claim now (run_after reached, kind not paused)."),
+    "throttled": Integer("Queued tasks a flow-control limit holds back now (GET /v1/limits); not counted "
+                         "in claimable."),
     "oldest_claimable_age_seconds": Number("How long the oldest claimable task has waited.", nullable=True),
     "paused": Boolean(),
-}, required=("name", "tasks", "claimable", "oldest_claimable_age_seconds", "paused"))
+}, required=("name", "tasks", "claimable", "throttled", "oldest_claimable_age_seconds", "paused"))
 OVERVIEW = Object({"queues": Array(QUEUE, "Every queue with tasks or a pause, by name."),
                    "paused_kinds": Array(Name(), "Task kinds paused in every queue.")},
                   required=("queues", "paused_kinds"))

@@ -61,7 +61,8 @@ def task_json(task: Task) -> dict:
         "payload": task.payload, "state": task.state, "attempts": task.attempts,
         "max_attempts": task.max_attempts, "reclaims": task.reclaims, "lease_owner": task.lease_owner,
         "lease_until": iso(task.lease_until), "run_after": iso(task.run_after), "deadline": iso(task.deadline),
-        "idempotency_key": task.idempotency_key, "cursor": task.cursor, "progress": task.progress,
+        "idempotency_key": task.idempotency_key, "concurrency_key": task.concurrency_key or None,
+        "cursor": task.cursor, "progress": task.progress,
         "message": task.message, "result": task.result, "last_error": task.last_error,
         "last_error_traceback": task.last_error_traceback,
         "created_at": iso(task.created_at), "updated_at": iso(task.updated_at),
@@ -84,6 +85,8 @@ TASK = Object({
     "run_after": DateTime("Not claimed before this time."),
     "deadline": DateTime("No retry is scheduled after this time.", nullable=True),
     "idempotency_key": String(nullable=True),
+    "concurrency_key": String("Its group under its kind's flow-control limit (GET /v1/limits); null: the "
+                              "kind's one group without a key.", nullable=True),
     "cursor": JsonValue("The last saved step's cursor."),
     "progress": Number(nullable=True), "message": String(nullable=True),
     "result": JsonValue("What the handler returned."),

@@ -19,7 +19,7 @@ from flask import Blueprint, g
 
 from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge, TaskNotCancellable,
                              TaskNotFound, TaskNotResumable)
-from ..engine.model import STATES, TaskSpec
+from ..engine.model import MAX_CONCURRENCY_KEY_BYTES, STATES, TaskSpec
 from ..engine.store import Store
 from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
                                    TaskFilter, bulk)
@@ -41,6 +41,12 @@ IDEMPOTENCY_KEY = String("Up to 255 printable ASCII characters. The same key wit
                          "with the task it created; with another body, 409 task.idempotency_conflict.",
                          min_length=1, max_length=255, pattern=r"^[!-~]+$")
 
+# checked again in bytes (at most 256 as UTF-8) by the engine's TaskSpec
+CONCURRENCY_KEY = String(f"The task's group under its kind's flow-control limit (GET /v1/limits): at most "
+                         f"{MAX_CONCURRENCY_KEY_BYTES} bytes as UTF-8. Omitted or null: the kind's one group "
+                         "without a key.", max_length=MAX_CONCURRENCY_KEY_BYTES, nullable=True,
+                         example="customer:42")
+
 
 def _task_fields() -> dict:
     return {
@@ -55,6 +61,7 @@ def _task_fields() -> dict:
         "max_attempts": Integer("Executions before the task fails; default: the kind's.", minimum=1,
                                 maximum=2**31 - 1, nullable=True),
         "deadline": DateTime("No retry is scheduled after this time.", nullable=True),
+        "concurrency_key": CONCURRENCY_KEY,
     }
 
 
@@ -78,7 +85,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
     try:
         spec = TaskSpec(item["kind"], item["payload"], queue=item["queue"], priority=item["priority"],
                         run_at=item.get("run_at"), delay=item.get("delay"), idempotency_key=key,
-                        max_attempts=item.get("max_attempts"), max_payload_bytes=max_payload)
+                        max_attempts=item.get("max_attempts"), max_payload_bytes=max_payload,
+                        concurrency_key=item.get("concurrency_key"))
     except InvalidInput as exc:
         raise type(exc)(f"{where}{exc}") from None
     fingerprint = None
@@ -88,6 +96,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
         normalized = {name: item.get(name) for name in ("kind", "queue", "priority", "payload", "delay",
                                                         "max_attempts")}
         normalized.update(run_at=iso(item.get("run_at")), deadline=iso(item.get("deadline")))
+        if spec.concurrency_key:  # only when given: the fingerprints of earlier submissions still match
+            normalized["concurrency_key"] = spec.concurrency_key
         fingerprint = hashlib.sha256(json.dumps(normalized, sort_keys=True, separators=(",", ":"))
                                      .encode()).hexdigest()
     return spec, fingerprint, item.get("deadline")

@@ -171,6 +171,7 @@ class Task:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    concurrency_key: str = ""  # '' = none: the kind's one group without a key (flow control)
     # read with one task (task_get), not in lists: from the event that set last_error
     last_error_traceback: str | None = None
 

@@ -417,7 +417,7 @@ RETURNING t.id
 -- (retrying, failed, reclaimed) set last_error, and holds the handler's traceback if it had one.
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
-       result, last_error, event_seq, created_at, updated_at, started_at, finished_at,
+       result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
        e.traceback AS last_error_traceback
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
