@@ -53,6 +53,13 @@ class ScheduleNotFound(SkiplockError):
     status = 404
 
 
+class LimitNotFound(SkiplockError):
+    """No flow-control limit is set for the kind (skiplock.limits)."""
+
+    code = "limit.not_found"
+    status = 404
+
+
 class MigrationError(SkiplockError):
     code = "migration.failed"
     status = 500

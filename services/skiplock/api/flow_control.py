@@ -1,0 +1,132 @@
+"""Flow-control limits over HTTP: list them with what each holds back now, read one, set one
+(PUT: create or replace) and delete one. Reading takes a reader's token; changing one takes an
+admin's, since a limit binds every worker's claims, and each change commits with its audit row.
+
+What a limit means, and its validation, are engine/limits.py's (the same rules as `skiplock
+limits set` and a limits file); the API's own admission limits per token are api/limits.py's,
+a different thing.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, g
+
+from ..engine.errors import InvalidInput, LimitNotFound
+from ..engine.limits import Limit
+from ..engine.store import LimitRecord, LimitStats
+from .audit import audited
+from .app_state import reads
+from .operations import operation
+from .render import iso, json_response
+from .schema import Array, DateTime, Integer, Name, Number, Object, String
+
+bp = Blueprint("limits", __name__)
+
+_MAX_INT = 2**31 - 1
+KIND = {"kind": Name("The task kind the limit applies to.")}
+RATE = String("At most N starts per period and group: N/s, N/m, N/h, N/d, or N/<seconds>s (5/10s). null: "
+              "no rate limit.", max_length=64, nullable=True, example="100/s")
+SETTING = Object({
+    "concurrency": Integer("At most this many tasks of a group running at once. null: no concurrency limit.",
+                           minimum=1, maximum=_MAX_INT, nullable=True, example=2),
+    "rate": RATE,
+    "burst": Integer("Starts a group may make at once, on top of its rate (its token bucket's size). Only "
+                     "with a rate; null: one second's worth of the rate, at least 1.", minimum=1, maximum=_MAX_INT,
+                     nullable=True),
+}, "A kind's limit: a concurrency, a rate, or both. It replaces the kind's limit whole: a field left out "
+   "is no limit.")
+LIMIT = Object({
+    "kind": Name(),
+    "concurrency": Integer("Runs at once per group.", nullable=True),
+    "rate": RATE,
+    "rate_per_second": Number("The rate as starts per second.", nullable=True),
+    "burst": Integer("The token bucket's size.", nullable=True),
+    "updated_at": DateTime("When the limit was last set."),
+    "throttled": Integer("Queued tasks the limit holds back now (not claimable until their group has room)."),
+    "running": Integer("Live runs of the kind's groups (lease not expired)."),
+    "busy_groups": Integer("Groups (concurrency keys) with runs or throttled tasks."),
+    "saturation": Number("running / (concurrency x busy_groups): 1.0 when every group with work is at its "
+                         "limit. null without a concurrency limit.", nullable=True),
+    "tokens": Number("Tokens in the emptiest bucket among groups with throttled tasks. null without a rate "
+                     "limit or such a group.", nullable=True),
+}, "A kind's limit, and what it holds back now.",
+    required=("kind", "concurrency", "rate", "rate_per_second", "burst", "updated_at", "throttled", "running",
+              "busy_groups", "saturation", "tokens"))
+LISTING = Object({"limits": Array(LIMIT, "Every limit, by kind.")}, required=("limits",))
+
+
+def limit_json(record: LimitRecord, stats: LimitStats | None) -> dict:
+    body = record.limit.as_dict()
+    body["updated_at"] = iso(record.updated_at)
+    if stats is None:  # deleted between the two reads
+        body.update(throttled=0, running=0, busy_groups=0, saturation=None, tokens=None)
+    else:
+        body.update(throttled=stats.throttled, running=stats.running, busy_groups=stats.busy_groups,
+                    saturation=stats.saturation, tokens=stats.tokens)
+    return body
+
+
+def limit_listing(store) -> dict:
+    """GET /v1/limits' answer (also `skiplock limits list -o json`)."""
+    records = store.limits.limit_list()
+    stats = {s.kind: s for s in store.limits.limit_stats()} if records else {}
+    return {"limits": [limit_json(r, stats.get(r.limit.kind)) for r in records]}
+
+
+def limit_view(store, kind: str) -> dict:
+    record = store.limits.limit_get(kind)
+    if record is None:
+        raise LimitNotFound(f"no limit for kind {kind!r}")
+    return limit_json(record, next((s for s in store.limits.limit_stats() if s.kind == kind), None))
+
+
+def change_of(created: bool | None) -> str:
+    """limit_upsert's answer as a word: created, updated or unchanged."""
+    return "unchanged" if created is None else "created" if created else "updated"
+
+
+def limit_detail(limit: Limit, change: str) -> dict:
+    """The audit row's detail of a limit set (the API's and the CLI's)."""
+    return {"change": change, "concurrency": limit.concurrency, "rate": limit.rate, "burst": limit.burst}
+
+
+@operation(bp, "GET", "/v1/limits", summary="Every flow-control limit, with what it holds back now",
+           role="reader", tag="limits", reads="replica",
+           description="A limit applies per (kind, concurrency_key) group: at most `concurrency` runs at once "
+                       "and at most `rate` starts, `burst` at once, in every group of the kind.",
+           responses={200: ("The limits.", LISTING)})
+def list_limits():
+    return json_response(limit_listing(reads()))
+
+
+@operation(bp, "GET", "/v1/limits/<kind>", summary="Read a kind's limit", role="reader", tag="limits",
+           path=KIND, reads="replica", responses={200: ("The limit.", LIMIT)},
+           errors=(InvalidInput, LimitNotFound))
+def get_limit(kind):
+    return json_response(limit_view(reads(), kind))
+
+
+@operation(bp, "PUT", "/v1/limits/<kind>", summary="Set a kind's limit", role="admin", tag="limits",
+           path=KIND, body=SETTING, audit="limit.set",
+           description="Creates the kind's limit or replaces it whole; every worker's next claim applies "
+                       "it. The same limit again changes nothing (200).",
+           responses={201: ("Created.", LIMIT), 200: ("Replaced, or already so.", LIMIT)},
+           errors=(InvalidInput,))
+def set_limit(kind):
+    limit = Limit.build(kind, **g.body)
+    with audited(kind) as (tx, draft):
+        change = change_of(tx.limits.limit_upsert(limit))
+        draft.detail = limit_detail(limit, change)
+        body = limit_view(tx, kind)
+    return json_response(body, 201 if change == "created" else 200, {"Location": f"/v1/limits/{kind}"})
+
+
+@operation(bp, "DELETE", "/v1/limits/<kind>", summary="Delete a kind's limit", role="admin", tag="limits",
+           path=KIND, audit="limit.delete", content_type="",
+           description="The kind's throttled tasks are claimable again at once; runs in flight finish.",
+           responses={204: ("Deleted.", None)}, errors=(InvalidInput, LimitNotFound))
+def delete_limit(kind):
+    with audited(kind) as (tx, _draft):
+        if not tx.limits.limit_delete([kind]):  # raising rolls back and records the refusal
+            raise LimitNotFound(f"no limit for kind {kind!r}")
+    return Response(status=204)
