@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import sys
 
-from . import cli_tasks
+from . import cli_limits, cli_tasks
 from .engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
 from .engine.settings import API_ROLES, Settings, check_name
 from .engine.version import package_version
@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
 
     cli_tasks.add_parsers(sub)
+    cli_limits.add_parsers(sub)
 
     tk = sub.add_parser("tokens", help="make API credentials (SKIPLOCK_API_TOKENS entries)")
     tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     when.add_argument("--run-at", help="ISO 8601 time with a UTC offset")
     e.add_argument("--idempotency-key")
     e.add_argument("--max-attempts", type=int, help="default: the kind's (3 if undeclared)")
+    e.add_argument("--concurrency-key", help="the task's group under its kind's limit (`skiplock limits`)")
     return p
 
 
@@ -180,6 +182,9 @@ def _run(args) -> int:
     if args.command in ("tasks", "queues", "kinds", "audit"):
         return cli_tasks.run(args, Settings.from_env())
 
+    if args.command == "limits":
+        return cli_limits.run(args, Settings.from_env())
+
     if args.command == "dev":
         from . import dev
 
@@ -204,7 +209,7 @@ def _run(args) -> int:
         task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
                           priority=args.priority, delay=args.delay, run_at=run_at,
                           idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
-                          schema=settings.db_schema)
+                          concurrency_key=args.concurrency_key, schema=settings.db_schema)
         print(task_id)
         return 0
     raise AssertionError(args.command)

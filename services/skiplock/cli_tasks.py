@@ -1,5 +1,5 @@
 """The operator's commands of `skiplock`: `tasks list|show|events|cancel|resume|retry`,
-`queues list|pause|resume`, `kinds pause|resume`, `audit list`.
+`queues list|pause|resume`, `kinds pause|resume`, `audit list` (`limits`: cli_limits.py).
 
 They read SKIPLOCK_DATABASE_URL like every command and run what the API's routes run: the same
 validation of filters (the routes' declared fields), the same store calls and the same audit rows
@@ -59,7 +59,7 @@ def add_parsers(sub) -> None:
 
     qs = sub.add_parser("queues", help="queue overview; pause or resume a queue")
     qss = qs.add_subparsers(dest="action", required=True, metavar="ACTION")
-    qss.add_parser("list", parents=[out], help="tasks per state, claimable, paused (GET /v1/queues)")
+    qss.add_parser("list", parents=[out], help="tasks per state, claimable, throttled, paused (GET /v1/queues)")
     kd = sub.add_parser("kinds", help="pause or resume a task kind in every queue")
     kds = kd.add_subparsers(dest="action", required=True, metavar="ACTION")
     for subs in (qss, kds):
@@ -178,14 +178,14 @@ def _plan(args):
         def queues(store):
             body = queue_overview(store)
             states = list(body["queues"][0]["tasks"]) if body["queues"] else []
-            rows = [(q["name"], *(str(q["tasks"][s]) for s in states), str(q["claimable"]),
+            rows = [(q["name"], *(str(q["tasks"][s]) for s in states), str(q["claimable"]), str(q["throttled"]),
                      _cell(None if q["oldest_claimable_age_seconds"] is None
                            else f"{q['oldest_claimable_age_seconds']:.1f}s"), "yes" if q["paused"] else "no")
                     for q in body["queues"]]
 
             def table():
-                _print_table(("QUEUE", *(s.upper() for s in states), "CLAIMABLE", "OLDEST", "PAUSED"), rows,
-                             "no queues")
+                _print_table(("QUEUE", *(s.upper() for s in states), "CLAIMABLE", "THROTTLED", "OLDEST", "PAUSED"),
+                             rows, "no queues")
                 if body["paused_kinds"]:
                     print(f"paused kinds: {', '.join(body['paused_kinds'])}")
             return body, table
