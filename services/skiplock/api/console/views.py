@@ -268,6 +268,11 @@ def schedules():
     return render_template("schedules.html", schedules=schedules, fires=fires)
 
 
+@bp.get("/limits")
+def limits():
+    return render_template("limits.html", limits=call("limits.list_limits")["limits"])
+
+
 @bp.get("/webhooks")
 def webhooks():
     return render_template("webhooks.html", webhooks=call("webhooks.list_webhooks")["webhooks"])
