@@ -103,40 +103,56 @@ def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
 def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
             delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
-            schema: str | None = None) -> uuid.UUID:
+            concurrency_key: str | None = None, schema: str | None = None) -> uuid.UUID:
     """Enqueue one task and return its id (the existing task's id when `idempotency_key` is taken).
 
     priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
     max_attempts: None uses the kind's (from @task, 3 if not declared).
+    concurrency_key: the task's group under its kind's limits (`skiplock limits`); tasks without
+    one form one group per kind.
     """
     spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                     idempotency_key=idempotency_key, max_attempts=max_attempts,
-                    max_payload_bytes=_max_payload())
+                    max_payload_bytes=_max_payload(), concurrency_key=concurrency_key)
     return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, [spec], schema))[0]
 
 
 def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[Any], *,
                  queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
                  delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
-                 max_attempts: int | None = None, schema: str | None = None) -> list[uuid.UUID]:
+                 max_attempts: int | None = None, concurrency_key: str | None = None,
+                 concurrency_keys: Iterable[str | None] | None = None,
+                 schema: str | None = None) -> list[uuid.UUID]:
     """Enqueue many tasks of one kind in one set-based statement; returns their ids in order.
-    Workers get one notification per queue, not one per task."""
+    Workers get one notification per queue, not one per task. `concurrency_key` applies to
+    every task; `concurrency_keys` gives one per payload (None: `concurrency_key`)."""
     payloads = list(payloads)
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if keys is not None and len(keys) != len(payloads):
         raise InvalidInput("idempotency_keys must have one entry per payload")
+    groups = list(concurrency_keys) if concurrency_keys is not None else None
+    if groups is not None and len(groups) != len(payloads):
+        raise InvalidInput("concurrency_keys must have one entry per payload")
     if not payloads:
         return []
     if keys is not None and all(k is None for k in keys):
         keys = None
+    if groups is not None and all(g is None for g in groups):
+        groups = None
     first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
                      idempotency_key=keys[0] if keys else None, max_attempts=max_attempts,
-                     max_payload_bytes=_max_payload())
-    if len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None:
+                     max_payload_bytes=_max_payload(), concurrency_key=concurrency_key)
+    if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None
+            and groups is None):
         # the common case, streamed: each payload is checked as it is written
         return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
-    rest = zip(payloads[1:], keys[1:] if keys else itertools.repeat(None))
-    specs = [first] + [first.with_payload(p, k) for p, k in rest]
+    # a None in concurrency_keys is concurrency_key: the first spec's, as validated
+    base = first
+    if groups is not None:
+        first = base.with_payload(payloads[0], keys[0] if keys else None, groups[0])
+    rest = zip(payloads[1:], keys[1:] if keys else itertools.repeat(None),
+               groups[1:] if groups else itertools.repeat(None))
+    specs = [first] + [base.with_payload(p, k, g) for p, k, g in rest]
     return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, specs, schema))
 
 

@@ -85,7 +85,8 @@ def explain_claim(url: str, queues: list[str], label: str) -> str:
     try:
         with store.db.connection(pool=store.db.claim_pool) as conn:
             sql = store.db.sql["task_claim"]
-            params = dict(queues=queues, limit=100, owner="explain", lease_seconds=30, kind_max_attempts=None)
+            params = dict(queues=queues, limit=100, owner="explain", lease_seconds=30, kind_max_attempts=None,
+                          park_limit=0)
             for _ in range(6):  # psycopg prepares it from its sixth use; a claim of none locks nothing
                 conn.execute(sql, {**params, "limit": 0})
             with conn.transaction(force_rollback=True):

@@ -70,7 +70,7 @@ def backlog(db_url, db):
 
 
 def _claim_params(limit: int = LIMIT) -> dict:
-    return dict(queues=QUEUES, limit=limit, owner="w", lease_seconds=30, kind_max_attempts=None)
+    return dict(queues=QUEUES, limit=limit, owner="w", lease_seconds=30, kind_max_attempts=None, park_limit=0)
 
 
 def test_the_custom_plan_reads_the_partial_index(backlog, db):
@@ -123,7 +123,7 @@ def test_postgres_s_own_switch_to_a_generic_plan_keeps_the_partial_index(backlog
     sql = Store(backlog).db.sql["task_claim"]
     with psycopg.connect(backlog, autocommit=True, prepare_threshold=0) as conn:
         for _ in range(6):
-            assert len(conn.execute(sql, _claim_params()).fetchall()) == LIMIT
+            assert len(conn.execute(sql, _claim_params()).fetchall()) == LIMIT + 1  # and the summary row
         plan, generic, custom = explain_prepared(conn, _claim_params(), sql, "FORMAT JSON")
         assert generic + custom == 6
         generic, custom = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchone()

@@ -104,7 +104,8 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
         assert len(claimed) == 100
         settlements = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="completed") for t in claimed]
         params = settle_params(settlements)
-        params.update(queues=["default"], limit=100, owner="w", lease_seconds=30, kind_max_attempts=None)
+        params.update(queues=["default"], limit=100, owner="w", lease_seconds=30, kind_max_attempts=None,
+                      park_limit=0)
 
         for name, pool in (("task_claim", store.db.claim_pool), ("task_settle", store.db.outcome_pool)):
             with store.db.connection(pool=pool) as conn:

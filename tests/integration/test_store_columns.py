@@ -15,6 +15,7 @@ from skiplock.engine.store.schedules import ScheduleRow
 # statement -> the row type it fills (the store's fetch_as calls)
 ROW_TYPES = {
     "task_claim": ClaimedTask,
+    "task_claim_limited": ClaimedTask,
     "task_reclaim_expired": ReclaimedTask,
     "task_get": Task,
     "task_list": Task,

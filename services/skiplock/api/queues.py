@@ -93,12 +93,13 @@ def queue_overview(store) -> dict:
 
     def queue(name: str) -> dict:
         return queues.setdefault(name, {"name": name, "tasks": dict.fromkeys(STATES, 0), "claimable": 0,
-                                        "oldest_claimable_age_seconds": None, "paused": False})
+                                        "throttled": 0, "oldest_claimable_age_seconds": None, "paused": False})
 
     for name, state, n in counts:
         queue(name)["tasks"][state] = n
-    for name, n, oldest_age, paused in claimable:
-        queue(name).update(claimable=n, oldest_claimable_age_seconds=oldest_age, paused=paused)
+    for name, n, oldest_age, paused, throttled in claimable:
+        queue(name).update(claimable=n, oldest_claimable_age_seconds=oldest_age, paused=paused,
+                           throttled=throttled)
     for scope, name, _ in pauses:
         if scope == "queue":
             queue(name)["paused"] = True

@@ -82,13 +82,28 @@ class Metrics:
         # scheduler: schedules and maintenance
         self.queue_oldest_pending_age = Gauge(
             "skiplock_queue_oldest_pending_age_seconds",
-            "Age of the oldest task claimable now (queued, run_after reached, queue and kind not paused).",
+            "Age of the oldest task pending (queued, run_after reached, queue and kind not paused; "
+            "one a limit holds back counts).",
             ["queue"], registry=r)
         self.queue_tasks = Gauge("skiplock_queue_tasks", "Tasks by queue and state.", ["queue", "state"],
                                  registry=r)
         self.queue_claimable = Gauge("skiplock_queue_claimable_tasks",
-                                     "Tasks claimable now (what a worker autoscaler should read).",
+                                     "Tasks claimable now, not those a limit holds back (what a worker "
+                                     "autoscaler should read).",
                                      ["queue"], registry=r)
+        self.queue_throttled = Gauge("skiplock_queue_throttled_tasks",
+                                     "Queued tasks a concurrency or rate limit holds back (parked).",
+                                     ["queue"], registry=r)
+        # flow control, per limited kind (never per concurrency key: keys are unbounded)
+        self.tasks_throttled = Gauge("skiplock_tasks_throttled",
+                                     "Queued tasks of the kind that its limit holds back.", ["kind"], registry=r)
+        self.limit_saturation = Gauge(
+            "skiplock_limit_saturation",
+            "Live runs of the kind over its concurrency limit times its groups with work (1: every "
+            "such group is at its limit).", ["kind"], registry=r)
+        self.limit_tokens = Gauge("skiplock_limit_tokens",
+                                  "Tokens in the emptiest bucket among the kind's groups with work.",
+                                  ["kind"], registry=r)
         self.schedule_fires = Counter("skiplock_schedule_fires_total", "Tasks enqueued by schedules.",
                                       ["schedule"], registry=r)
         self.schedule_lag = Gauge("skiplock_schedule_lag_seconds",

@@ -140,6 +140,20 @@ class ClaimedTask(NamedTuple):
     lease_token: int
     cursor: Any
     waited_seconds: float
+    limited: bool = False  # claimed under a limit (task_claim_limited): its outcome frees room
+
+
+class Claim(list):
+    """What one claim statement did: the tasks it leased (the list itself), and what it saw of
+    limited work. A list, so that a caller who wants only the tasks reads it as one."""
+
+    __slots__ = ("parked", "limited_work", "wake_in")
+
+    def __init__(self, tasks=(), *, parked: int = 0, limited_work: bool = False, wake_in: float | None = None):
+        super().__init__(tasks)
+        self.parked = parked              # tasks of limited kinds it parked instead (task_claim)
+        self.limited_work = limited_work  # a group of parked tasks may have work (task_claim)
+        self.wake_in = wake_in            # seconds until a throttled group's bucket has a token (task_claim_limited)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,12 +245,12 @@ class TaskSpec:
     """One task to enqueue, validated on construction."""
 
     __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
-                 "idempotency_key", "payload_json", "max_payload_bytes")
+                 "idempotency_key", "payload_json", "max_payload_bytes", "concurrency_key")
 
     def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                  run_at: dt.datetime | None = None, delay: float | None = None,
                  idempotency_key: str | None = None, max_attempts: int | None = None,
-                 max_payload_bytes: int = 1024 * 1024):
+                 max_payload_bytes: int = 1024 * 1024, concurrency_key: str | None = None):
         check_name("task kind", kind)
         check_name("queue", queue)
         if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
@@ -252,16 +266,20 @@ class TaskSpec:
             if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
                 raise InvalidInput(f"delay {delay!r}: must be a number of seconds >= 0")
         _check_key(idempotency_key)
+        self.concurrency_key = concurrency_key_of(concurrency_key)
         self.kind, self.queue, self.priority = kind, queue, priority
         self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
         self.idempotency_key = idempotency_key
         self.payload, self.payload_json = payload, encode_payload(payload, max_payload_bytes)
         self.max_payload_bytes = max_payload_bytes
 
-    def with_payload(self, payload: Any, idempotency_key: str | None = None) -> "TaskSpec":
-        """Another task like this one (bulk enqueue validates the shared fields once)."""
+    def with_payload(self, payload: Any, idempotency_key: str | None = None,
+                     concurrency_key: str | None = None) -> "TaskSpec":
+        """Another task like this one (bulk enqueue validates the shared fields once); a
+        `concurrency_key` given here replaces this one's."""
         _check_key(idempotency_key)
         spec = object.__new__(TaskSpec)
+        spec.concurrency_key = self.concurrency_key if concurrency_key is None else concurrency_key_of(concurrency_key)
         spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority
         spec.max_attempts, spec.delay, spec.run_at = self.max_attempts, self.delay, self.run_at
         spec.max_payload_bytes = self.max_payload_bytes
@@ -285,6 +303,26 @@ def _dumps(value: Any) -> str:
     if _JSON_C is None:
         return _JSON.encode(value)
     return "".join(_JSON_C(value, 0))
+
+
+MAX_CONCURRENCY_KEY_BYTES = 256
+
+
+def concurrency_key_of(key: str | None) -> str:
+    """A task's concurrency key as stored: '' for none (the kind's one group without a key)."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise InvalidInput(f"concurrency_key {key!r}: must be a string")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("concurrency_key: not encodable as UTF-8 (a lone surrogate)") from None
+    if size > MAX_CONCURRENCY_KEY_BYTES:
+        raise InvalidInput(f"concurrency_key: must be at most {MAX_CONCURRENCY_KEY_BYTES} bytes (got {size})")
+    if "\x00" in key:
+        raise InvalidInput("concurrency_key contains a NUL character, which Postgres cannot store")
+    return key
 
 
 def _check_key(key: str | None) -> None:

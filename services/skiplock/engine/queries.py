@@ -70,7 +70,7 @@ def expand(statements: dict[str, str]) -> dict[str, str]:
         name = match.group(1)
         if name not in statements:
             raise ValueError(f"unknown SQL fragment {name!r}")
-        return statements[name]
+        return _INCLUDE.sub(include, statements[name])  # a fragment may include fragments
 
     return {name: _INCLUDE.sub(include, sql) for name, sql in statements.items() if not name.startswith("_")}
 
@@ -97,8 +97,16 @@ class Statements(Mapping[str, str]):
         return qualify(_tidy(self._raw[name]), self._schema)
 
     def _fragments(self, name: str) -> dict[str, str]:
-        used = set(_INCLUDE.findall(self._raw[name]))
-        return {f: self._piece(f) for f in used if f in self._raw}
+        """The fragments `name` includes, and those they include."""
+        found: dict[str, str] = {}
+        todo = set(_INCLUDE.findall(self._raw[name]))
+        while todo:
+            fragment = todo.pop()
+            if fragment in found or fragment not in self._raw:
+                continue
+            found[fragment] = self._piece(fragment)
+            todo.update(_INCLUDE.findall(self._raw[fragment]))
+        return found
 
     def __iter__(self) -> Iterator[str]:
         return (name for name in self._raw if not name.startswith("_"))

@@ -17,6 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from .cron import CronExpression, parse_timezone
+from .definition_files import load_definitions
 from .errors import InvalidInput
 from .model import encode_payload
 from .settings import NAME_RE
@@ -302,31 +303,7 @@ def idempotency_key(name: str, nominal_at: dt.datetime) -> str:
 def load_file(path: str, source: str = "-f") -> list[Schedule]:
     """Schedules from a YAML (or JSON) file: a list, or a mapping with a `schedules` list.
     Errors name the file, the entry and the field; nothing is applied unless all are valid."""
-    import yaml  # only the declarative sync needs it
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise InvalidInput(f"{source} {path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if isinstance(data, Mapping) and set(data) <= {"schedules"}:
-        data = data.get("schedules")
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise InvalidInput(f"{path}: expected a list of schedules (or `schedules:` with a list)")
-    schedules = []
-    for i, entry in enumerate(data):
-        label = f"schedules[{i}]"
-        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-            label += f" ({entry['name']})"
-        try:
-            schedules.append(Schedule.from_mapping(entry))
-        except InvalidInput as exc:
-            raise InvalidInput(f"{path}: {label}: {exc}") from None
-    return schedules
+    return load_definitions(path, source, "schedules", "name", Schedule.from_mapping)
 
 
 def check_schedule_payloads(schedules: "Sequence[Schedule]", max_bytes: int) -> None:

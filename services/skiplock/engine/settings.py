@@ -90,6 +90,8 @@ class Settings:
     dev_api_port: int = 8080  # `skiplock dev` serves the HTTP API here (0: any free port)
     schedules_file: str | None = None
     schedules_prune: bool = False
+    limits_file: str | None = None
+    limits_prune: bool = False
     gauges_seconds: float = 15.0
     retention_seconds: float = 60.0
     retain_completed_seconds: float = 86400.0
@@ -273,6 +275,8 @@ class Settings:
             dev_api_port=env.integer("DEV_API_PORT"),
             schedules_file=env.text("SCHEDULES_FILE"),
             schedules_prune=env.boolean("SCHEDULES_PRUNE"),
+            limits_file=env.text("LIMITS_FILE"),
+            limits_prune=env.boolean("LIMITS_PRUNE"),
             gauges_seconds=env.number("GAUGES_SECONDS"),
             retention_seconds=env.number("RETENTION_SECONDS"),
             retain_completed_seconds=env.number("RETAIN_COMPLETED_SECONDS"),
@@ -497,6 +501,9 @@ VARIABLES: tuple[Variable, ...] = (
              "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", _WORKER),
     Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),
     Variable("SCHEDULES_PRUNE", False, "with the file, also delete schedules it does not name", _SCHEDULER),
+    Variable("LIMITS_FILE", None, "a limits YAML file applied at start-up (a mounted ConfigMap; "
+             "`skiplock limits apply -f` takes the same file)", _SCHEDULER),
+    Variable("LIMITS_PRUNE", False, "with the file, also delete the limits of kinds it does not name", _SCHEDULER),
     Variable("GAUGES_SECONDS", 15.0, "how often the queue gauges are recomputed", _SCHEDULER),
     Variable("RETENTION_SECONDS", 60.0, "how often retention runs", _SCHEDULER),
     Variable("RETAIN_COMPLETED_SECONDS", 86400.0, "completed tasks (and their events) are deleted this long after "

@@ -6,8 +6,9 @@ import logging
 
 
 def main(settings) -> int:
-    """Entry: settings -> logging -> metrics -> store -> schedules file -> scheduler -> run."""
+    """Entry: settings -> logging -> metrics -> store -> schedules and limits files -> scheduler -> run."""
     from ..engine import logs, migrate
+    from ..engine import limits
     from ..engine.lifecycle import run_role
     from ..engine.schedule_actions import apply_schedules
     from ..engine.schedules import load_file
@@ -17,6 +18,8 @@ def main(settings) -> int:
     url = settings.require_database_url()
     migrate.require_current(url, settings.db_schema)
     definitions = load_file(settings.schedules_file, "SKIPLOCK_SCHEDULES_FILE") if settings.schedules_file else None
+    limit_definitions = (limits.load_file(settings.limits_file, "SKIPLOCK_LIMITS_FILE")
+                         if settings.limits_file else None)
 
     def apply_file(store) -> None:
         if definitions is not None:
@@ -26,6 +29,11 @@ def main(settings) -> int:
             logging.getLogger("skiplock.scheduler").info(
                 "schedules file applied", extra={"file": settings.schedules_file,
                                                  **{f"schedules_{k}": len(v) for k, v in report.items()}})
+        if limit_definitions is not None:
+            report = limits.apply_limits(store, limit_definitions, prune=settings.limits_prune)
+            logging.getLogger("skiplock.scheduler").info(
+                "limits file applied", extra={"file": settings.limits_file,
+                                              **{f"limits_{k}": len(v) for k, v in report.items()}})
 
     return run_role(settings, "scheduler", lambda store, metrics, stop: Scheduler(settings, store, metrics, stop),
                     pool_max=3, prepare=apply_file)

@@ -118,8 +118,9 @@ class Retention:
 
 
 class QueueGauges:
-    """skiplock_queue_tasks{queue,state}, skiplock_queue_claimable_tasks{queue} and
-    skiplock_queue_oldest_pending_age_seconds{queue}, refreshed from the database."""
+    """skiplock_queue_tasks{queue,state}, skiplock_queue_claimable_tasks{queue},
+    skiplock_queue_throttled_tasks{queue} and skiplock_queue_oldest_pending_age_seconds{queue},
+    refreshed from the database."""
 
     STATES = ("queued", "running", "cancelling", "completed", "failed", "cancelled")
 
@@ -135,9 +136,11 @@ class QueueGauges:
         for queue, state, n in counts:
             by_queue.setdefault(queue, {})[state] = n
         ages: dict[str, tuple[int, float]] = {}
-        for queue, n, oldest_age, paused in claimable:
+        throttled: dict[str, int] = {}
+        for queue, n, oldest_age, paused, held_back in claimable:
             # a paused queue has nothing claimable, however old its tasks are
             ages[queue] = (0, 0.0) if paused else (n, max(0.0, oldest_age or 0.0))
+            throttled[queue] = held_back
         # queues seen before and now empty report 0, not a stale value or a vanished series
         for queue in (set(by_queue) | set(ages)) - self._queues:
             # the reclaimer's counter of a queue exists at 0 before its first reclaim, so increase()
@@ -150,9 +153,48 @@ class QueueGauges:
                 self.metrics.queue_tasks.labels(queue, state).set(states.get(state, 0))
             n, age = ages.get(queue, (0, 0.0))
             self.metrics.queue_claimable.labels(queue).set(n)
+            self.metrics.queue_throttled.labels(queue).set(throttled.get(queue, 0))
             self.metrics.queue_oldest_pending_age.labels(queue).set(age)
         return {queue: {"tasks": by_queue.get(queue, {}), "claimable": ages.get(queue, (0, 0.0))[0],
+                        "throttled": throttled.get(queue, 0),
                         "oldest_age": ages.get(queue, (0, 0.0))[1]} for queue in self._queues}
+
+
+# a drained group's row is deleted after this long unvisited (and with its bucket full)
+LIMIT_GROUP_IDLE_SECONDS = 600.0
+
+
+class LimitUpkeep:
+    """Flow control's upkeep: puts back into the claim's rotation a group whose parked tasks a
+    race left out of it (limit_group_wake), deletes groups idle for LIMIT_GROUP_IDLE_SECONDS, and
+    refreshes skiplock_tasks_throttled, skiplock_limit_saturation and skiplock_limit_tokens per
+    limited kind."""
+
+    def __init__(self, store: Store, metrics: Metrics, idle_seconds: float = LIMIT_GROUP_IDLE_SECONDS):
+        self.store, self.metrics, self.idle_seconds = store, metrics, idle_seconds
+        self._kinds: set[str] = set()
+
+    def run_once(self) -> dict[str, int]:
+        woken = self.store.limits.limit_group_wake()
+        if woken:
+            log.info("limit groups put back into the rotation", extra={"groups": woken})
+        deleted = self.store.limits.limit_group_delete_idle(self.idle_seconds)
+        stats = self.store.limits.limit_stats()
+        kinds = {s.kind for s in stats}
+        for kind in self._kinds - kinds:  # a deleted limit: its series go, not a stale value
+            for gauge in (self.metrics.tasks_throttled, self.metrics.limit_saturation, self.metrics.limit_tokens):
+                try:
+                    gauge.remove(kind)
+                except KeyError:
+                    pass
+        self._kinds = kinds
+        for s in stats:
+            self.metrics.tasks_throttled.labels(s.kind).set(s.throttled)
+            if s.saturation is not None:
+                self.metrics.limit_saturation.labels(s.kind).set(s.saturation)
+            if s.tokens is not None:
+                self.metrics.limit_tokens.labels(s.kind).set(s.tokens)
+        return {"woken": woken, "deleted": deleted, "kinds": len(stats)}
 
 
 # a worker's registry row is stale when its heartbeat is older than this many of its leases

@@ -19,7 +19,7 @@ from ..engine.retry import failures_after
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .firing import Firer
-from .maintenance import QueueGauges, Reclaimer, Retention, StaleWorkers, WorkerGauges
+from .maintenance import LimitUpkeep, QueueGauges, Reclaimer, Retention, StaleWorkers, WorkerGauges
 
 log = logging.getLogger("skiplock.scheduler")
 
@@ -45,6 +45,7 @@ class Scheduler:
             ("retention", self.retention.run_once, settings.retention_seconds),
             ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
             ("worker_gauges", WorkerGauges(store, self.metrics).run_once, settings.gauges_seconds),
+            ("limits", LimitUpkeep(store, self.metrics).run_once, settings.reaper_seconds),
         ]
         now = time.monotonic()
         self._next_run = {name: now + random.uniform(0, min(interval, 1.0)) for name, _, interval in self.services}

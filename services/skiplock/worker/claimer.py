@@ -25,6 +25,11 @@ from .task_context import TaskContext
 
 log = logging.getLogger("skiplock.worker")
 
+# Rows a plain claim may read beyond its limit to park them, after one that parked some: a backlog
+# of limited tasks leaves the plain claim's index in a few statements, so that the groups behind it
+# are parked (and in the rotation) soon, not `limit` tasks per claim later.
+PARK_BATCH = 1000
+
 
 class Claimed(NamedTuple):
     claimed: int  # tasks claimed
@@ -52,6 +57,10 @@ class Claimer:
         # per queue, labelled at its first claim: labels() takes a lock and builds a tuple per call
         self._waited: dict = {}
         self._claimed: dict = {}
+        # groups of parked (limited) tasks may have work: the last plain claim said so, or parked
+        # some. Until then no claim of limited tasks is made: a worker without limits pays nothing.
+        self._limited_work = True
+        self._parking = False  # the last plain claim parked tasks: the next parks up to PARK_BATCH more
 
     def run(self) -> None:
         """Claim until stopped."""
@@ -75,12 +84,26 @@ class Claimer:
             self.slots.gather()
 
     def run_once(self) -> Claimed:
-        """One claim (one statement, one commit) into the free slots."""
+        """One claim into the free slots: one statement and one commit, or, while groups of
+        limited tasks may have work, first a claim of those (task_claim_limited, its own
+        transaction) and then the plain claim for the slots left."""
         limit, announced = self.slots.claim_limit()
         if not limit:
             return Claimed(0, 0)
-        tasks = self.store.tasks.task_claim(self.queues, limit, self.owner, self.lease_seconds,
-                                            self._kind_max_attempts)
+        tasks, refill_in, parked = [], None, 0
+        limited_first = self._limited_work
+        if limited_first:
+            tasks, refill_in = self._claim_limited(limit)
+        if len(tasks) < limit:
+            claim = self.store.tasks.task_claim(self.queues, limit - len(tasks), self.owner, self.lease_seconds,
+                                                self._kind_max_attempts, PARK_BATCH if self._parking else 0)
+            tasks += claim
+            parked = claim.parked
+            self._parking = parked > 0
+            self._limited_work = claim.limited_work or parked > 0
+            if not limited_first and self._limited_work and len(tasks) < limit:
+                more, refill_in = self._claim_limited(limit - len(tasks))
+                tasks += more
         runs = []
         waits: dict[str, list[float]] = {}
         get_definition, store = self.registry.get, self.store
@@ -91,10 +114,16 @@ class Claimer:
         for queue, queue_waits in waits.items():
             observe_many(self._labelled(self._waited, self._metrics.task_wait, queue), queue_waits)
             self._labelled(self._claimed, self._metrics.tasks_claimed, queue).inc(len(queue_waits))
-        self.slots.claimed(runs, limit, announced)
+        # parked tasks are claimable at once by the limited claim: not a sign of empty queues
+        self.slots.claimed(runs, limit - parked, announced, refill_in)
         if runs:
             self.threads.dispatch(runs)
-        return Claimed(len(runs), limit)
+        return Claimed(len(runs) + parked, limit)
+
+    def _claim_limited(self, limit: int) -> tuple[list, float | None]:
+        claim = self.store.tasks.task_claim_limited(self.queues, limit, self.owner, self.lease_seconds,
+                                                    self._kind_max_attempts)
+        return list(claim), claim.wake_in
 
     def on_notify(self, payload: str | None) -> None:
         """The listener's callback. A notification names the queue that got work; "*" (a resumed

@@ -49,6 +49,7 @@ class Slots:
         self._busy = 0                                # handlers running (not given up)
         self._stuck = 0                               # abandoned sync handlers still holding a thread
         self._drained_at: float | None = None         # when a claim last found fewer tasks than it asked for
+        self._refill_at: float | None = None          # ... and when a throttled group's bucket has a token again
         self._announced = 0                           # work announced (notifications, re-queued outcomes)
         self._gathering = False                       # the claimer waits in gather() ...
         # ... for this many free slots (a claim of at least half a batch)
@@ -71,17 +72,20 @@ class Slots:
         with self._lock:
             free = min(self.concurrency - self._busy, 2 * self.concurrency - len(self._runs))
             self._held_back = free <= 0 < self.concurrency - self._busy
-            drained_at = self._drained_at
+            drained_at, refill_at = self._drained_at, self._refill_at
             announced = self._announced
         if self._stopping.is_set():
             return 0, announced
-        if drained_at is not None and time.monotonic() - drained_at < self.poll_seconds:
+        now = time.monotonic()
+        if (drained_at is not None and now - drained_at < self.poll_seconds
+                and (refill_at is None or now < refill_at)):
             return 0, announced
         return max(0, min(free, self.claim_batch)), announced
 
-    def claimed(self, runs: Sequence[Run], limit: int, announced: int) -> None:
+    def claimed(self, runs: Sequence[Run], limit: int, announced: int, refill_in: float | None = None) -> None:
         """Hold the slots of a claim's runs (before any handler sees them), and note whether the
-        claim found the queues empty."""
+        claim found the queues empty; `refill_in`: the seconds until a group that a rate limit
+        held back has a token again (the claimer looks then, not at the next poll)."""
         with self._lock:
             for run in runs:
                 self._runs[run.task.id] = run
@@ -90,14 +94,20 @@ class Slots:
             self._inflight.set(len(self._runs))
             # work announced while the claim ran may be newer than its snapshot: not drained then
             drained = len(runs) < limit and announced == self._announced
-            self._drained_at = time.monotonic() if drained else None
+            now = time.monotonic()
+            self._drained_at = now if drained else None
+            self._refill_at = now + refill_in if drained and refill_in is not None else None
 
     def wait_for_work(self) -> None:
         """The claimer's sleep between claims: until woken, or the poll interval (counted from
         the claim that found the queues empty)."""
-        drained_at = self._drained_at
-        self.wake.wait(self.poll_seconds if drained_at is None
-                       else max(0.0, drained_at + self.poll_seconds - time.monotonic()))
+        drained_at, refill_at = self._drained_at, self._refill_at
+        if drained_at is None:
+            timeout = self.poll_seconds
+        else:
+            until = drained_at + self.poll_seconds if refill_at is None else min(refill_at, drained_at + self.poll_seconds)
+            timeout = max(0.0, until - time.monotonic())
+        self.wake.wait(timeout)
         self.wake.clear()
 
     def gather(self, window: float = 0.005) -> None:
@@ -154,7 +164,7 @@ class Slots:
         return kept
 
     # ---- the completer ------------------------------------------------------------------------
-    def written(self, runs: Iterable[Run], settled: int, rejected: int) -> None:
+    def written(self, runs: Sequence[Run], settled: int, rejected: int) -> None:
         """Let go of runs whose outcomes were written (or refused by their fence)."""
         with self._lock:
             for run in runs:
@@ -163,7 +173,13 @@ class Slots:
             self.counts["settled"] += settled
             self.counts["rejected"] += rejected
             held_back, self._held_back = self._held_back, False
-        if held_back:  # the claimer waits for the writer: it may claim again
+            # a limited run's written outcome frees room in its group, which a claim made before
+            # the write did not see: look again now, not at the next poll
+            freed_room = any(run.task.limited for run in runs)
+            if freed_room:
+                self._announced += 1
+                self._drained_at = None
+        if held_back or freed_room:  # the claimer waits for the writer: it may claim again
             self.wake_claimer()
 
     def count(self, key: str, n: int = 1) -> None:

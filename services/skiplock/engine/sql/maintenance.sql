@@ -48,7 +48,9 @@ RETURNING f.schedule;
 -- name: queue_task_counts
 -- skiplock_queue_tasks{queue, state}: tasks in flight from the partial indexes that hold them,
 -- finished ones from tasks_state_finished.
-SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' GROUP BY queue, state
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' AND NOT limited GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' AND limited GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE state IN ('running', 'cancelling')
 GROUP BY queue, state
@@ -56,27 +58,36 @@ UNION ALL
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE finished_at IS NOT NULL
 GROUP BY queue, state;
 
+-- name: _queued
+-- The queued tasks, from the two partial indexes that hold them: tasks_claimable, and
+-- tasks_parked for the tasks a limit holds back (migration 0016)
+SELECT queue, run_after, kind, false AS throttled FROM skiplock.tasks WHERE state = 'queued' AND NOT limited
+UNION ALL
+SELECT queue, run_after, kind, true FROM skiplock.tasks WHERE state = 'queued' AND limited
+
 -- name: queue_claimable
--- Per queue: tasks claimable now (queued, run_after reached) and the age of the oldest of them.
--- Reads only tasks_claimable (queue and run_after are in the index). Paused queues are reported
--- as not claimable; paused kinds need queue_claimable_without_kinds, which reads the rows.
+-- Per queue: tasks claimable now (queued, run_after reached, not held back by a limit), the age
+-- of the oldest task pending (a throttled one counts: it waits to run as much as any), and the
+-- tasks a limit holds back (parked). Paused queues are reported as not claimable; paused kinds
+-- need queue_claimable_without_kinds.
 SELECT t.queue,
-       count(*) FILTER (WHERE t.run_after <= now()) AS claimable,
+       count(*) FILTER (WHERE t.run_after <= now() AND NOT t.throttled) AS claimable,
        extract(epoch FROM now() - min(t.run_after) FILTER (WHERE t.run_after <= now()))::float8 AS oldest_age,
-       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused
-FROM skiplock.tasks AS t
-WHERE t.state = 'queued'
+       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused,
+       count(*) FILTER (WHERE t.throttled) AS throttled
+FROM ({{_queued}}) AS t
 GROUP BY t.queue;
 
 -- name: queue_claimable_without_kinds
 -- As queue_claimable, when some kinds are paused: their tasks are not claimable either.
 SELECT t.queue,
-       count(*) FILTER (WHERE t.run_after <= now() AND NOT t.kind = ANY(%(paused_kinds)s::text[])) AS claimable,
+       count(*) FILTER (WHERE t.run_after <= now() AND NOT t.throttled
+                          AND NOT t.kind = ANY(%(paused_kinds)s::text[])) AS claimable,
        extract(epoch FROM now() - min(t.run_after)
                FILTER (WHERE t.run_after <= now() AND NOT t.kind = ANY(%(paused_kinds)s::text[])))::float8 AS oldest_age,
-       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused
-FROM skiplock.tasks AS t
-WHERE t.state = 'queued'
+       EXISTS (SELECT 1 FROM skiplock.pauses AS p WHERE p.scope = 'queue' AND p.name = t.queue) AS paused,
+       count(*) FILTER (WHERE t.throttled) AS throttled
+FROM ({{_queued}}) AS t
 GROUP BY t.queue;
 
 -- name: pause_list

@@ -12,25 +12,25 @@
 -- The tasks_inserted trigger (migration 0007) writes each new task's 'queued' event and wakes
 -- the workers (on commit, one notification per queue however many rows).
 INSERT INTO skiplock.tasks
-    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key)
 SELECT id, kind, queue, priority, payload, max_attempts,
-       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1
+       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key
 FROM unnest(
     %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
     %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
-    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[]
-) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key)
+    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[]
+) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: task_insert_one
 -- task_insert for one task, with plain parameters.
 INSERT INTO skiplock.tasks
-    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq)
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key)
 VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, %(priority)s::smallint, %(payload)s::jsonb,
         %(max_attempts)s::integer,
         coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::float8, 0) * interval '1 second'),
-        %(idempotency_key)s::text, 1)
+        %(idempotency_key)s::text, 1, %(concurrency_key)s::text)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -39,7 +39,7 @@ RETURNING id;
 -- and updated_at their clock_timestamp() one, which makes Postgres insert row by row, the faster
 -- way for this table (migration 0009); the tasks_inserted trigger writes their events and wakes
 -- the workers.
-COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq) FROM STDIN;
+COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq, concurrency_key) FROM STDIN;
 
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
@@ -54,26 +54,56 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- LIMIT is unknown and a join by ctid turns into a hash join over every queued row). A row
 -- whose ctid is not visible (updated between the snapshot and the lock) is simply not claimed
 -- this time: SKIP LOCKED never waits, and the state check stays in the UPDATE.
+-- A picked task of a kind with a limit is not claimed but parked (migration 0016): it leaves
+-- tasks_claimable for tasks_parked, where task_claim_limited takes it under its group's limit.
+-- `park_limit` more rows may be picked for that: after a claim that parked some, the next parks
+-- a backlog of limited tasks in a few statements, not `limit` at a time (the tasks of other
+-- groups behind it wait for their turn in the rotation until they are parked).
 picked AS MATERIALIZED (
-    SELECT c.row_ctid
+    SELECT c.row_ctid, c.kind IN (SELECT l.kind FROM skiplock.limits AS l) AS park, c.priority, c.run_after, c.id
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT t.ctid AS row_ctid, t.id, t.priority, t.run_after
+        SELECT t.ctid AS row_ctid, t.id, t.priority, t.run_after, t.kind
         FROM skiplock.tasks AS t
-        WHERE t.state = 'queued'
+        WHERE t.state = 'queued' AND NOT t.limited
           AND t.queue = q.name
           AND t.run_after <= now()
           AND t.kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
         ORDER BY t.priority DESC, t.run_after, t.id
-        LIMIT %(limit)s
+        LIMIT %(limit)s::integer + %(park_limit)s::integer
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.name NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
     ORDER BY c.priority DESC, c.run_after, c.id
-    LIMIT %(limit)s
+    LIMIT %(limit)s::integer + %(park_limit)s::integer
+), taken AS MATERIALIZED (
+    SELECT row_ctid FROM picked WHERE NOT park ORDER BY priority DESC, run_after, id LIMIT %(limit)s
 ), claimed AS (
     UPDATE skiplock.tasks AS t
-    SET state = 'running',
+    SET {{_claim_set}}
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM taken)) AND t.state = 'queued'
+      AND NOT t.limited
+    RETURNING {{_claim_returning}}
+), claim_events AS (
+    {{_claim_events}}
+), parked AS (
+    UPDATE skiplock.tasks AS t
+    SET limited = true
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked WHERE park)) AND t.state = 'queued'
+      AND NOT t.limited
+    RETURNING t.kind, t.concurrency_key
+), parked_groups AS (
+    -- in key order, so that two claims parking into the same groups lock their rows in one
+    -- order; a drained group is awake again. The row lock waits only for a task_claim_limited
+    -- that holds the group, and that never waits for anything.
+    INSERT INTO skiplock.limit_groups AS g (kind, concurrency_key)
+    SELECT DISTINCT kind, concurrency_key FROM parked ORDER BY kind, concurrency_key
+    ON CONFLICT (kind, concurrency_key) DO UPDATE SET drained = false WHERE g.drained
+)
+
+-- name: _claim_set
+-- the lease a claim writes (task_claim and task_claim_limited)
+state = 'running',
         attempts = t.attempts + 1,
         -- the budget in force, fixed at the first claim: the task's own, else its kind's as the
         -- claiming worker declares it (workers know the kinds; the API shows the row)
@@ -84,20 +114,132 @@ picked AS MATERIALIZED (
         started_at = coalesce(t.started_at, now()),
         updated_at = now(),
         event_seq = t.event_seq + 1
-    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked)) AND t.state = 'queued'
-    RETURNING t.id, t.kind, t.queue, t.payload, t.attempts, t.lease_token, t.cursor, t.event_seq,
-              extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds
-), claim_events AS (
-    INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
+
+-- name: _claim_returning
+t.id, t.kind, t.queue, t.payload, t.attempts, t.lease_token, t.cursor, t.event_seq,
+              extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds, t.concurrency_key, t.limited
+
+-- name: _claim_events
+INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq, 'running', lease_token, attempts, jsonb_build_object('owner', %(owner)s::text)
     FROM claimed
-)
 
 -- name: task_claim
+-- The claimed tasks, the columns of model.ClaimedTask in its order, then one summary row (id
+-- NULL): `attempt` holds the number of tasks parked, `lease_token` 1 if a group of limited tasks
+-- may have work (task_claim_limited has something to look at).
 WITH {{_claim_ctes}}
--- only what the worker uses: the columns of model.ClaimedTask, in its order
-SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds
-FROM claimed;
+SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM parked)::integer,
+       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL, NULL, NULL;
+
+-- name: limit_group_lock
+-- The first statement of a claim of limited tasks, in its transaction: lock the groups to look at,
+-- least recently visited first; a group another claim holds is skipped. Held to the commit, the
+-- locks make task_claim_limited, run next in a snapshot taken after them, see every run of these
+-- groups that another claim started (in one statement, the snapshot would predate the lock).
+SELECT g.kind, g.concurrency_key
+FROM skiplock.limit_groups AS g
+WHERE NOT g.drained
+  AND g.kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
+ORDER BY g.served_at
+LIMIT %(groups)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: task_claim_limited
+-- The second statement: into the groups limit_group_lock locked (in its order), up to `limit`
+-- tasks, round robin: each group's best first, then each group's second, and so on. A group's
+-- room is the least of its concurrency limit less its live runs (a run whose lease expired no
+-- longer counts), the whole tokens of its bucket (refilled on the database's clock), and
+-- `limit`. A group without a limit row (deleted since its tasks were parked) is not held back.
+-- Each group visited moves to the back of the rotation, unless it had room and the round robin
+-- left its tasks for the next claim; one that had room and no parked task is marked drained.
+-- Returns the tasks, then a summary row (id NULL): `waited_seconds` holds the seconds until the
+-- first throttled bucket has a token again (NULL: none is waiting for tokens).
+WITH visit AS MATERIALIZED (
+    SELECT v.turn, g.kind, g.concurrency_key, g.tokens, g.tokens_at, l.concurrency,
+           l.rate_count / l.rate_seconds AS rate,
+           l.burst::float8 AS burst
+    FROM unnest(%(kinds)s::text[], %(keys)s::text[]) WITH ORDINALITY AS v(kind, concurrency_key, turn)
+    JOIN skiplock.limit_groups AS g ON g.kind = v.kind AND g.concurrency_key = v.concurrency_key
+    LEFT JOIN skiplock.limits AS l ON l.kind = g.kind
+), room AS MATERIALIZED (
+    SELECT v.turn, v.kind, v.concurrency_key, v.rate, b.tokens_now,
+           least(%(limit)s::integer,
+                 CASE WHEN v.concurrency IS NULL THEN %(limit)s::integer
+                      ELSE v.concurrency - (
+                          SELECT count(*) FROM skiplock.tasks AS r
+                          WHERE r.kind = v.kind AND r.concurrency_key = v.concurrency_key
+                            AND r.limited AND r.state IN ('running', 'cancelling')
+                            AND r.lease_until > now())
+                 END,
+                 CASE WHEN b.tokens_now IS NULL THEN %(limit)s::integer ELSE floor(b.tokens_now) END
+           )::integer AS room
+    FROM visit AS v
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN v.rate IS NOT NULL
+                    THEN least(v.burst, coalesce(v.tokens + extract(epoch FROM now() - v.tokens_at) * v.rate,
+                                                 v.burst)) END AS tokens_now
+    ) AS b
+), offered AS MATERIALIZED (
+    SELECT c.row_ctid, g.turn, c.rank
+    FROM room AS g
+    CROSS JOIN LATERAL (
+        SELECT p.row_ctid, row_number() OVER (ORDER BY p.priority DESC, p.run_after, p.id) AS rank
+        FROM (
+            SELECT t.row_ctid, t.priority, t.run_after, t.id
+            FROM unnest(%(queues)s::text[]) AS q(name)
+            CROSS JOIN LATERAL (
+                SELECT t.ctid AS row_ctid, t.priority, t.run_after, t.id
+                FROM skiplock.tasks AS t
+                WHERE t.state = 'queued' AND t.limited
+                  AND t.kind = g.kind AND t.concurrency_key = g.concurrency_key AND t.queue = q.name
+                  AND t.run_after <= now()
+                ORDER BY t.priority DESC, t.run_after, t.id
+                LIMIT g.room
+                FOR UPDATE SKIP LOCKED
+            ) AS t
+            WHERE q.name NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
+            ORDER BY t.priority DESC, t.run_after, t.id
+            LIMIT g.room
+        ) AS p
+    ) AS c
+    WHERE g.room > 0
+), chosen AS MATERIALIZED (
+    SELECT row_ctid FROM offered ORDER BY rank, turn LIMIT %(limit)s::integer
+), claimed AS (
+    UPDATE skiplock.tasks AS t
+    SET {{_claim_set}}
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM chosen)) AND t.state = 'queued' AND t.limited
+    RETURNING {{_claim_returning}}
+), claim_events AS (
+    {{_claim_events}}
+), started AS (
+    SELECT kind, concurrency_key, count(*) AS n FROM claimed GROUP BY kind, concurrency_key
+), visited AS (
+    UPDATE skiplock.limit_groups AS g
+    SET tokens = r.tokens_now - coalesce(s.n, 0),
+        tokens_at = CASE WHEN r.tokens_now IS NOT NULL THEN now() END,
+        served_at = CASE WHEN r.room <= 0 OR s.n > 0 OR NOT EXISTS (SELECT FROM offered AS o WHERE o.turn = r.turn)
+                         THEN now() ELSE g.served_at END,
+        -- had room, and no parked task at all (in any queue): asleep until a claim parks one
+        drained = r.room > 0
+                  AND NOT EXISTS (SELECT FROM offered AS o WHERE o.turn = r.turn)
+                  AND NOT EXISTS (SELECT FROM skiplock.tasks AS t
+                                  WHERE t.state = 'queued' AND t.limited
+                                    AND t.kind = r.kind AND t.concurrency_key = r.concurrency_key)
+    FROM room AS r
+    LEFT JOIN started AS s ON s.kind = r.kind AND s.concurrency_key = r.concurrency_key
+    WHERE g.kind = r.kind AND g.concurrency_key = r.concurrency_key
+    RETURNING g.kind
+)
+SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM visited)::integer, NULL, NULL,
+       (SELECT min((1 - r.tokens_now) / r.rate) FROM room AS r WHERE r.tokens_now < 1), NULL;
 
 -- name: task_heartbeat
 -- Renews every claim this worker still holds in one statement. A claim missing from the result
@@ -109,10 +251,10 @@ WITH input AS (
     -- One primary-key probe per claim (the lateral subquery runs per input row, in input order),
     -- never a scan of every claim in flight. SKIP LOCKED, as the settle: a row held by another
     -- transaction is not waited for.
-    SELECT i.token, h.id, h.lease_token, h.state
+    SELECT i.token, h.id, h.lease_token, h.state, h.limited, h.lease_until
     FROM (SELECT * FROM input ORDER BY id) AS i
     CROSS JOIN LATERAL (
-        SELECT t.id, t.lease_token, t.state
+        SELECT t.id, t.lease_token, t.state, t.limited, t.lease_until
         FROM skiplock.tasks AS t
         WHERE t.id = i.id
         OFFSET 0
@@ -126,6 +268,9 @@ WITH input AS (
     -- the one the snapshot saw. The fence, checked on the row as locked (outside the probe, so
     -- that the only index the probe can use is the primary key).
     WHERE t.id = p.id AND p.lease_token = p.token AND p.state IN ('running', 'cancelling')
+      -- a limited run whose lease ran out has given its group's slot to another run: it is lost
+      -- (its outcome still stands until the reclaim), and never counts again
+      AND (NOT p.limited OR p.lease_until > now())
     RETURNING t.id, t.state
 ), busy AS (
     -- held by another transaction when probed, and still this worker's claim as the snapshot saw it
@@ -212,6 +357,8 @@ settle_input AS (
         message = coalesce(d.message, t.message),
         lease_owner = NULL,
         lease_until = NULL,
+        -- back in tasks_claimable if queued again: the next claim parks it under the limit then
+        limited = false,
         finished_at = CASE WHEN d.new_state IN ('completed', 'failed', 'cancelled') THEN now() END,
         updated_at = now(),
         event_seq = t.event_seq + 1
@@ -286,6 +433,7 @@ WITH expired AS MATERIALIZED (
         run_after = now(),
         lease_owner = NULL,
         lease_until = NULL,
+        limited = false,
         finished_at = CASE WHEN t.state = 'cancelling' OR t.reclaims >= %(max_reclaims)s
                                 OR t.deadline < now() THEN now() END,
         updated_at = now(),
@@ -365,7 +513,7 @@ SELECT id, state FROM cancelled;
 -- reclaim budget; one 'resumed' event each; one notification per queue woken.
 resumed AS (
     UPDATE skiplock.tasks AS t
-    SET state = 'queued', attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
+    SET state = 'queued', limited = false, attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
         updated_at = now(), event_seq = t.event_seq + 1
     FROM targets
     WHERE t.id = targets.id AND t.state IN ('failed', 'cancelled')

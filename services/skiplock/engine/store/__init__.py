@@ -1,7 +1,7 @@
 """The one package that talks to Postgres at run time (migrations and the listener aside).
 
-`Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit`, `store.workers` and
-`store.replication` are its rooms, one class per table group, each method named after the named
+`Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit`, `store.workers`,
+`store.limits` and `store.replication` are its rooms, one class per table group, each method named after the named
 statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
 finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
 psycopg errors become skiplock errors (connection.translated_errors). Decisions belong to the
@@ -18,13 +18,15 @@ import psycopg
 from .audit import AuditStore
 from .connection import Connection, Database, connect, translated_errors, wait_unbounded
 from .copy import COPY_THRESHOLD, copy_many
+from .limits import LimitRecord, LimitStats, LimitStore
 from .replication import ReplicationStore
 from .schedules import DueSchedule, ScheduleStore
 from .tasks import ReclaimedTask, TaskStore, task_insert
 from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
 from .workers import WorkerRecord, WorkerStore
 
-__all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "ReclaimedTask", "Store",
+__all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "LimitRecord", "LimitStats",
+           "ReclaimedTask", "Store",
            "WebhookEndpoint", "WorkerRecord", "connect", "copy_many", "task_insert", "translated_errors", "wait_unbounded"]
 
 
@@ -51,6 +53,7 @@ class Store:
         self.webhooks = WebhookStore(db)
         self.audit = AuditStore(db)
         self.workers = WorkerStore(db)
+        self.limits = LimitStore(db)
         self.replication = ReplicationStore(db)
 
     @classmethod

@@ -45,7 +45,15 @@ def _copy_frame(s: TaskSpec) -> tuple[str, str]:
     """A tasks row in COPY text format (the columns of task_copy_in) is id + middle + payload +
     end; this returns (middle, end), the parts taken from `s`."""
     max_attempts = _COPY_NULL if s.max_attempts is None else s.max_attempts
-    return f"\t{s.kind}\t{s.queue}\t{s.priority}\t", f"\t{max_attempts}\t1\n"
+    return f"\t{s.kind}\t{s.queue}\t{s.priority}\t", f"\t{max_attempts}\t1\t{_copy_field(s.concurrency_key)}\n"
+
+
+# COPY text format's escapes for a free text field (kinds and queues are names: nothing to escape)
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_field(text: str) -> str:
+    return text.translate(_COPY_ESCAPES)
 
 
 def _copy_text(payload_json: str) -> str:

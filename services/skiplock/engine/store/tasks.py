@@ -17,9 +17,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..errors import TaskNotCancellable, TaskNotFound, TaskNotResumable
-from ..model import ClaimedTask, Settlement, Task, TaskEvent, TaskSpec, uuid7
+from ..model import Claim, ClaimedTask, Settlement, Task, TaskEvent, TaskSpec, uuid7
 from .. import queries
-from .connection import Database, jsonb, translated_errors
+from .connection import Database, jsonb, rows_as, translated_errors
 from .copy import COPY_THRESHOLD, copy_in, copy_line, pieces
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
@@ -63,7 +63,8 @@ def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str
         s = specs[0]
         statement, params = sql["task_insert_one"], dict(
             id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
-            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key)
+            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key,
+            concurrency_key=s.concurrency_key)
     else:
         statement, params = sql["task_insert"], dict(
             ids=ids,
@@ -75,6 +76,7 @@ def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str
             delays=[s.delay for s in specs],
             run_ats=[s.run_at for s in specs],
             idempotency_keys=[s.idempotency_key for s in specs],
+            concurrency_keys=[s.concurrency_key for s in specs],
         )
     with translated_errors():
         inserted = {row[0] for row in conn.execute(statement, params).fetchall()}
@@ -162,14 +164,36 @@ class TaskStore:
 
     # -- the worker
     def task_claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
-                   kind_max_attempts: Mapping[str, int] | None = None) -> list[ClaimedTask]:
+                   kind_max_attempts: Mapping[str, int] | None = None, park_limit: int = 0) -> Claim:
         """Lease up to `limit` claimable tasks of `queues` (on the claims connection, if the store
-        has worker connections). A claimed task without max_attempts of its own gets its kind's
-        from `kind_max_attempts` ({kind: max_attempts}), if there."""
-        return self.db.fetch_as("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                                   lease_seconds=lease_seconds,
+        has worker connections), parking those of limited kinds (up to `park_limit` more rows
+        are read for that). A claimed task without max_attempts of its own gets its kind's from
+        `kind_max_attempts` ({kind: max_attempts})."""
+        rows = self.db.fetch_as("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
+                                                   lease_seconds=lease_seconds, park_limit=park_limit,
                                                    kind_max_attempts=jsonb(kind_max_attempts)),
                                 ClaimedTask, pool=self.db.claim_pool)
+        summary = rows.pop()  # the last row: id NULL, the parked count and the limited-work flag
+        return Claim(rows, parked=summary.attempt, limited_work=bool(summary.lease_token))
+
+    def task_claim_limited(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
+                           kind_max_attempts: Mapping[str, int] | None = None, groups: int | None = None
+                           ) -> Claim:
+        """Lease up to `limit` parked tasks of `queues` under their groups' limits, round robin
+        over up to `groups` groups (default 2 × limit), least recently visited first:
+        limit_group_lock, then task_claim_limited, in one transaction."""
+        with self.db.connection(pool=self.db.claim_pool) as conn, conn.transaction():
+            locked = conn.execute(self.db.sql["limit_group_lock"],
+                                  dict(groups=groups or 2 * limit)).fetchall()
+            if not locked:
+                return Claim([])
+            cursor = conn.execute(self.db.sql["task_claim_limited"], dict(
+                kinds=[k for k, _ in locked], keys=[c for _, c in locked], queues=list(queues),
+                limit=limit, owner=owner, lease_seconds=lease_seconds,
+                kind_max_attempts=jsonb(kind_max_attempts)))
+            rows = rows_as("task_claim_limited", ClaimedTask, cursor)
+        summary = rows.pop()  # id NULL: the seconds until a throttled bucket has a token
+        return Claim(rows, limited_work=True, wake_in=summary.waited_seconds)
 
     def task_heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
         """Renew claims; returns {task id: state} for the claims still held ('busy': held, but
@@ -305,9 +329,10 @@ class TaskStore:
         """[(queue, state, tasks)]."""
         return self.db.fetch("queue_task_counts", {})
 
-    def queue_claimable(self, paused_kinds: Sequence[str] = ()) -> list[tuple[str, int, float | None, bool]]:
-        """[(queue, claimable now, oldest claimable age s, paused)]; tasks of `paused_kinds` are
-        not claimable (queue_claimable_without_kinds)."""
+    def queue_claimable(self, paused_kinds: Sequence[str] = ()) -> list[tuple[str, int, float | None, bool, int]]:
+        """[(queue, claimable now, oldest pending age s, paused, throttled)]; tasks of
+        `paused_kinds` are not claimable (queue_claimable_without_kinds); throttled: held back
+        by a limit (parked)."""
         if paused_kinds:
             return self.db.fetch("queue_claimable_without_kinds", {"paused_kinds": list(paused_kinds)})
         return self.db.fetch("queue_claimable", {})
