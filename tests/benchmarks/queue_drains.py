@@ -93,6 +93,9 @@ class Databases:
             self.templates[key] = name
         return self.templates[key]
 
+    def url(self, name: str) -> str:
+        return url_with_db(self.server_url, name)
+
     def copy(self, template: str) -> tuple[str, str]:
         """A fresh copy of `template`: (name, url). FILE_COPY copies the files after a checkpoint:
         the copy starts with no dirty pages of the seeding, and no WAL is written for it."""

@@ -180,11 +180,11 @@ class TaskStore:
                            kind_max_attempts: Mapping[str, int] | None = None, groups: int | None = None
                            ) -> Claim:
         """Lease up to `limit` parked tasks of `queues` under their groups' limits, round robin
-        over up to `groups` groups (default 2 × limit), least recently visited first:
+        over up to `groups` groups (default `limit`), least recently visited first:
         limit_group_lock, then task_claim_limited, in one transaction."""
         with self.db.connection(pool=self.db.claim_pool) as conn, conn.transaction():
             locked = conn.execute(self.db.sql["limit_group_lock"],
-                                  dict(groups=groups or 2 * limit)).fetchall()
+                                  dict(groups=groups or limit)).fetchall()
             if not locked:
                 return Claim([])
             cursor = conn.execute(self.db.sql["task_claim_limited"], dict(
