@@ -502,8 +502,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),
     Variable("SCHEDULES_PRUNE", False, "with the file, also delete schedules it does not name", _SCHEDULER),
     Variable("LIMITS_FILE", None, "a limits YAML file applied at start-up (a mounted ConfigMap; "
-             "`skiplock limits apply -f` takes the same file)", _SCHEDULER),
-    Variable("LIMITS_PRUNE", False, "with the file, also delete the limits of kinds it does not name", _SCHEDULER),
+             "`skiplock limits apply -f` takes the same file)", _SCHEDULER, contract=True),
+    Variable("LIMITS_PRUNE", False, "with the file, also delete the limits of kinds it does not name", _SCHEDULER,
+             contract=True),
     Variable("GAUGES_SECONDS", 15.0, "how often the queue gauges are recomputed", _SCHEDULER),
     Variable("RETENTION_SECONDS", 60.0, "how often retention runs", _SCHEDULER),
     Variable("RETAIN_COMPLETED_SECONDS", 86400.0, "completed tasks (and their events) are deleted this long after "
