@@ -50,7 +50,9 @@ def test_set_read_list_and_delete_a_limit_with_audit_rows(api, db, store):
     assert (mail["throttled"], mail["running"], mail["busy_groups"], mail["saturation"]) == (3, 3, 3, 1.0)
     assert 0 <= mail["tokens"] <= 5
     assert listed[1]["saturation"] is None and listed[1]["throttled"] == 0
-    assert api.get("/v1/limits/mail.send", role="reader").get_json() == mail
+    one = api.get("/v1/limits/mail.send", role="reader").get_json()
+    # the bucket refills between the two reads: every field but the tokens is the same
+    assert {**one, "tokens": None} == {**mail, "tokens": None} and one["tokens"] >= mail["tokens"]
     queue = api.get("/v1/queues", role="reader").get_json()["queues"][0]
     assert (queue["name"], queue["throttled"], queue["tasks"]["running"]) == ("default", 3, 3)
 
