@@ -103,17 +103,22 @@ def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
 def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
             delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
-            concurrency_key: str | None = None, schema: str | None = None) -> uuid.UUID:
+            concurrency_key: str | None = None, depends_on: Iterable[uuid.UUID | str] | None = None,
+            on_parent_failure: str = "cancel", schema: str | None = None) -> uuid.UUID:
     """Enqueue one task and return its id (the existing task's id when `idempotency_key` is taken).
 
     priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
     max_attempts: None uses the kind's (from @task, 3 if not declared).
     concurrency_key: the task's group under its kind's limits (`skiplock limits`); tasks without
     one form one group per kind.
+    depends_on: ids of tasks that must be final first; the task waits (state 'waiting') until then.
+    A parent already final counts at once. on_parent_failure: 'cancel' (a failed or cancelled
+    parent cancels this task) or 'run' (it runs once every parent is final, whatever they ended).
     """
     spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                     idempotency_key=idempotency_key, max_attempts=max_attempts,
-                    max_payload_bytes=_max_payload(), concurrency_key=concurrency_key)
+                    max_payload_bytes=_max_payload(), concurrency_key=concurrency_key,
+                    depends_on=depends_on, on_parent_failure=on_parent_failure)
     return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, [spec], schema))[0]
 
 
@@ -122,10 +127,12 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
                  delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
                  max_attempts: int | None = None, concurrency_key: str | None = None,
                  concurrency_keys: Iterable[str | None] | None = None,
+                 depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
                  schema: str | None = None) -> list[uuid.UUID]:
     """Enqueue many tasks of one kind in one set-based statement; returns their ids in order.
     Workers get one notification per queue, not one per task. `concurrency_key` applies to
-    every task; `concurrency_keys` gives one per payload (None: `concurrency_key`)."""
+    every task; `concurrency_keys` gives one per payload (None: `concurrency_key`). `depends_on`
+    and `on_parent_failure` apply to every task (see enqueue)."""
     payloads = list(payloads)
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if keys is not None and len(keys) != len(payloads):
@@ -141,9 +148,10 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
         groups = None
     first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
                      idempotency_key=keys[0] if keys else None, max_attempts=max_attempts,
-                     max_payload_bytes=_max_payload(), concurrency_key=concurrency_key)
+                     max_payload_bytes=_max_payload(), concurrency_key=concurrency_key,
+                     depends_on=depends_on, on_parent_failure=on_parent_failure)
     if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None
-            and groups is None):
+            and groups is None and not first.depends_on):
         # the common case, streamed: each payload is checked as it is written
         return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
     # a None in concurrency_keys is concurrency_key: the first spec's, as validated

@@ -48,6 +48,13 @@ class TaskNotResumable(SkiplockError):
     status = 409
 
 
+class WaitTimeout(SkiplockError, TimeoutError):
+    """skiplock.wait gave up: the task was not final within its timeout."""
+
+    code = "task.wait_timeout"
+    status = 504
+
+
 class ScheduleNotFound(SkiplockError):
     code = "schedule.not_found"
     status = 404

@@ -21,10 +21,14 @@ from typing import Any, NamedTuple
 from .errors import InvalidInput, PayloadTooLarge
 from .settings import check_name
 
-QUEUED, RUNNING, CANCELLING = "queued", "running", "cancelling"
+WAITING, QUEUED, RUNNING, CANCELLING = "waiting", "queued", "running", "cancelling"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
-STATES = (QUEUED, RUNNING, CANCELLING, COMPLETED, FAILED, CANCELLED)
+STATES = (WAITING, QUEUED, RUNNING, CANCELLING, COMPLETED, FAILED, CANCELLED)
 FINISHED_STATES = (COMPLETED, FAILED, CANCELLED)
+# what a failed or cancelled parent does to its dependent (enqueue's on_parent_failure)
+ON_PARENT_FAILURE = ("cancel", "run")
+# the most parents one task may have
+MAX_PARENTS = 10_000
 
 
 class _UUID7:
@@ -143,6 +147,16 @@ class ClaimedTask(NamedTuple):
     limited: bool = False  # claimed under a limit (task_claim_limited): its outcome frees room
 
 
+class Parent(NamedTuple):
+    """A parent of a task, as its handler reads it (ctx.parents())."""
+
+    id: uuid.UUID
+    kind: str
+    state: str
+    result: Any
+    error: str | None
+
+
 class Claim(list):
     """What one claim statement did: the tasks it leased (the list itself), and what it saw of
     limited work. A list, so that a caller who wants only the tasks reads it as one."""
@@ -188,6 +202,8 @@ class Task:
     concurrency_key: str = ""  # '' = none: the kind's one group without a key (flow control)
     # read with one task (task_get), not in lists: from the event that set last_error
     last_error_traceback: str | None = None
+    waiting_on: int = 0  # parents not final yet (a 'waiting' task's)
+    on_parent_failure: str = "cancel"  # what a failed or cancelled parent does to it (ON_PARENT_FAILURE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,12 +261,14 @@ class TaskSpec:
     """One task to enqueue, validated on construction."""
 
     __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
-                 "idempotency_key", "payload_json", "max_payload_bytes", "concurrency_key")
+                 "idempotency_key", "payload_json", "max_payload_bytes", "concurrency_key", "depends_on",
+                 "on_parent_failure")
 
     def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                  run_at: dt.datetime | None = None, delay: float | None = None,
                  idempotency_key: str | None = None, max_attempts: int | None = None,
-                 max_payload_bytes: int = 1024 * 1024, concurrency_key: str | None = None):
+                 max_payload_bytes: int = 1024 * 1024, concurrency_key: str | None = None,
+                 depends_on: Any = None, on_parent_failure: str = "cancel"):
         check_name("task kind", kind)
         check_name("queue", queue)
         if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
@@ -267,6 +285,10 @@ class TaskSpec:
                 raise InvalidInput(f"delay {delay!r}: must be a number of seconds >= 0")
         _check_key(idempotency_key)
         self.concurrency_key = concurrency_key_of(concurrency_key)
+        self.depends_on = parent_ids(depends_on)
+        if on_parent_failure not in ON_PARENT_FAILURE:
+            raise InvalidInput(f"on_parent_failure {on_parent_failure!r}: must be 'cancel' or 'run'")
+        self.on_parent_failure = on_parent_failure
         self.kind, self.queue, self.priority = kind, queue, priority
         self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
         self.idempotency_key = idempotency_key
@@ -280,6 +302,7 @@ class TaskSpec:
         _check_key(idempotency_key)
         spec = object.__new__(TaskSpec)
         spec.concurrency_key = self.concurrency_key if concurrency_key is None else concurrency_key_of(concurrency_key)
+        spec.depends_on, spec.on_parent_failure = self.depends_on, self.on_parent_failure
         spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority
         spec.max_attempts, spec.delay, spec.run_at = self.max_attempts, self.delay, self.run_at
         spec.max_payload_bytes = self.max_payload_bytes
@@ -306,6 +329,23 @@ def _dumps(value: Any) -> str:
 
 
 MAX_CONCURRENCY_KEY_BYTES = 256
+
+
+def parent_ids(depends_on: Any) -> tuple[uuid.UUID, ...]:
+    """enqueue's depends_on as task ids, in order, without repeats; () for none."""
+    if depends_on is None:
+        return ()
+    if isinstance(depends_on, (str, bytes, uuid.UUID)) or not hasattr(depends_on, "__iter__"):
+        raise InvalidInput("depends_on: must be a list of task ids")
+    ids: dict[uuid.UUID, None] = {}
+    for value in depends_on:
+        try:
+            ids[value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))] = None
+        except ValueError:
+            raise InvalidInput(f"depends_on: {value!r} is not a task id") from None
+    if len(ids) > MAX_PARENTS:
+        raise InvalidInput(f"depends_on: at most {MAX_PARENTS:,} parents (got {len(ids):,})")
+    return tuple(ids)
 
 
 def concurrency_key_of(key: str | None) -> str:

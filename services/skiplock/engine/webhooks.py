@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from .errors import InvalidInput, WebhookAddressRefused
 
 # the task event types a subscriber can name (task_events.type, prefixed); 'task.*' means all
-EVENT_TYPES = ("task.queued", "task.running", "task.retrying", "task.checkpoint", "task.completed",
+EVENT_TYPES = ("task.waiting", "task.queued", "task.running", "task.retrying", "task.checkpoint", "task.completed",
                "task.failed", "task.cancelling", "task.cancelled", "task.reclaimed", "task.resumed",
                "task.released")
 ALL_EVENTS = "task.*"

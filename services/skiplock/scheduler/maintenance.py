@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics
+from ..engine.model import STATES
 from ..engine.store import Store
 
 log = logging.getLogger("skiplock.maintenance")
@@ -122,7 +123,7 @@ class QueueGauges:
     skiplock_queue_throttled_tasks{queue} and skiplock_queue_oldest_pending_age_seconds{queue},
     refreshed from the database."""
 
-    STATES = ("queued", "running", "cancelling", "completed", "failed", "cancelled")
+    STATES = STATES  # every state, waiting included: a queue with none shows 0
 
     def __init__(self, store: Store, metrics: Metrics):
         self.store, self.metrics = store, metrics

@@ -12,9 +12,12 @@ import uuid
 from contextlib import contextmanager
 from typing import Any
 
-from ..engine.errors import InvalidInput
-from ..engine.model import ClaimedTask
+from ..engine.model import ClaimedTask, Parent
 from ..engine.store import wait_unbounded
+
+
+# ctx.parents()'s bound: a fan-in of more parents reads them with a larger limit
+PARENTS_READ = 1000
 
 
 class TaskContext:
@@ -66,10 +69,15 @@ class TaskContext:
         """A psycopg connection in a transaction that commits together with the task's outcome.
 
         Writes made here are committed only if the task's completion (or checkpoint) is accepted
-        by its lease fence; a raised exception, a retry or a lost lease rolls them back.
+        by its lease fence; a raised exception, a retry or a lost lease rolls them back. Opened
+        again (or after ctx.enqueue), it is the same transaction.
         """
+        yield self._held_connection()
+        # the commit waits for the handler's return value: see Completer._settle_in_transaction
+
+    def _held_connection(self):
         if self._open_tx is not None:
-            raise InvalidInput("ctx.transaction() is already open for this task")
+            return self._open_tx[1]
         pool_cm = self._store.connection()
         conn = pool_cm.__enter__()
         try:
@@ -79,8 +87,27 @@ class TaskContext:
             pool_cm.__exit__(None, None, None)
             raise
         self._open_tx = (pool_cm, conn)
-        yield conn
-        # the commit waits for the handler's return value: see Completer._settle_in_transaction
+        return conn
+
+    def enqueue(self, kind: str, payload: Any = None, **options) -> uuid.UUID:
+        """skiplock.enqueue in this run's transaction (ctx.transaction()): the child exists only
+        if this run's completion or checkpoint is accepted by its lease fence; a stale run's
+        children never appear. It may depend on its siblings (depends_on=[an id this returned])
+        and on this task itself."""
+        from ..enqueueing import enqueue
+
+        return enqueue(self._held_connection(), kind, payload, schema=self._store.schema, **options)
+
+    def enqueue_many(self, kind: str, payloads, **options) -> list[uuid.UUID]:
+        """skiplock.enqueue_many in this run's transaction, as ctx.enqueue."""
+        from ..enqueueing import enqueue_many
+
+        return enqueue_many(self._held_connection(), kind, payloads, schema=self._store.schema, **options)
+
+    def parents(self, limit: int = PARENTS_READ) -> list[Parent]:
+        """This task's parents (depends_on), at most `limit`, in id order: id, kind, state, result
+        and last error, as they are now."""
+        return self._store.tasks.task_parents(self._task.id, limit)
 
     def take_transaction(self):
         """(pool context, connection) of the handler's open transaction, or None."""

@@ -6,12 +6,18 @@
 -- Retention: one small batch of tasks finished in `state` longer ago than `older_than` seconds,
 -- with their events. SKIP LOCKED: replicas delete different rows, and a row an operator is
 -- resuming right now is left for the next run (its state no longer matches after the lock).
+-- A parent whose dependents are not all final is kept: they read its result when they run
+-- (only a watched task is probed).
 WITH doomed AS MATERIALIZED (
     SELECT id
-    FROM skiplock.tasks
+    FROM skiplock.tasks AS t
     WHERE state = %(state)s
       AND finished_at IS NOT NULL
       AND finished_at < now() - %(older_than)s * interval '1 second'
+      AND NOT (t.watched AND EXISTS (
+              SELECT FROM skiplock.task_dependencies AS d
+              JOIN skiplock.tasks AS c ON c.id = d.task_id
+              WHERE d.parent_id = t.id AND c.state NOT IN ('completed', 'failed', 'cancelled')))
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -51,6 +57,8 @@ RETURNING f.schedule;
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' AND NOT limited GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'queued' AND limited GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*) FROM skiplock.tasks WHERE state = 'waiting' GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE state IN ('running', 'cancelling')
 GROUP BY queue, state

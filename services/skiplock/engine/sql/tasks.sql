@@ -41,6 +41,75 @@ RETURNING id;
 -- the workers.
 COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq, concurrency_key) FROM STDIN;
 
+-- name: task_parents_watch
+-- The parents of tasks enqueued with depends_on, locked in id order (two enqueues of shared
+-- parents lock them in one order) and marked watched: from now on a change of their state runs
+-- tasks_watched (migration 0017), and until this transaction commits their outcomes wait (a
+-- worker's outcome write skips the locked row and writes it again), so none ends unseen. Their
+-- states as locked, the newest.
+UPDATE skiplock.tasks AS t
+SET watched = true
+FROM (SELECT id FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE) AS p
+WHERE t.id = p.id
+RETURNING t.id, t.state;
+
+-- name: task_insert_dependent
+-- task_insert for tasks with parents: each with its first state and its counters, decided by the
+-- caller from task_parents_watch's states.
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     state, waiting_on, failed_parents, on_parent_failure, cancelled_by_parent, finished_at, last_error)
+SELECT id, kind, queue, priority, payload, max_attempts,
+       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key,
+       state, waiting_on, failed_parents, on_parent_failure, state = 'cancelled',
+       CASE WHEN state = 'cancelled' THEN now() END, last_error
+FROM unnest(
+    %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+    %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
+    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[],
+    %(states)s::text[], %(waiting_on)s::integer[], %(failed_parents)s::integer[],
+    %(on_parent_failures)s::text[], %(last_errors)s::text[]
+) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key,
+       state, waiting_on, failed_parents, on_parent_failure, last_error)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: task_dependencies_insert
+INSERT INTO skiplock.task_dependencies (task_id, parent_id)
+SELECT * FROM unnest(%(task_ids)s::uuid[], %(parent_ids)s::uuid[])
+ON CONFLICT DO NOTHING;
+
+-- name: task_parents
+-- A task's parents as its handler reads them (ctx.parents()): a bounded read, in id order.
+SELECT t.id, t.kind, t.state, t.result, t.last_error
+FROM skiplock.task_dependencies AS d
+JOIN skiplock.tasks AS t ON t.id = d.parent_id
+WHERE d.task_id = %(id)s
+ORDER BY d.parent_id
+LIMIT %(limit)s;
+
+-- name: task_children
+-- The tasks that depend on a task, in id order, bounded.
+SELECT d.task_id
+FROM skiplock.task_dependencies AS d
+WHERE d.parent_id = %(id)s
+ORDER BY d.task_id
+LIMIT %(limit)s;
+
+-- name: task_parent_ids
+SELECT d.parent_id
+FROM skiplock.task_dependencies AS d
+WHERE d.task_id = %(id)s
+ORDER BY d.parent_id
+LIMIT %(limit)s;
+
+-- name: task_watch
+-- skiplock.wait: the task's state changes notify its waiters from now on; its state now.
+UPDATE skiplock.tasks SET watched = true WHERE id = %(id)s RETURNING state;
+
+-- name: task_state
+SELECT state FROM skiplock.tasks WHERE id = %(id)s;
+
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
 
@@ -474,18 +543,19 @@ WHERE (SELECT count(*) FROM wake) >= 0;
   AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
 
 -- name: _task_cancel_ctes
--- Cancels the tasks of `targets` (ids): a queued task at once; a running one is asked to stop
+-- Cancels the tasks of `targets` (ids): a queued or waiting task at once; a running one is asked to stop
 -- ('cancelling'): its worker learns it at the next heartbeat, and the reclaim finishes the job if
 -- that worker is gone. Other states are left alone. One event per changed task, as the worker's
 -- transitions write them, so fencing (event_seq) and the outbox see it.
 cancelled AS (
     UPDATE skiplock.tasks AS t
-    SET state = CASE WHEN t.state = 'queued' THEN 'cancelled' ELSE 'cancelling' END,
-        finished_at = CASE WHEN t.state = 'queued' THEN now() END,
+    SET state = CASE WHEN t.state IN ('queued', 'waiting') THEN 'cancelled' ELSE 'cancelling' END,
+        finished_at = CASE WHEN t.state IN ('queued', 'waiting') THEN now() END,
+        cancelled_by_parent = false,
         updated_at = now(),
         event_seq = t.event_seq + 1
     FROM targets
-    WHERE t.id = targets.id AND t.state IN ('queued', 'running')
+    WHERE t.id = targets.id AND t.state IN ('waiting', 'queued', 'running')
     RETURNING t.id, t.state, t.event_seq, t.lease_token, t.attempts
 ), cancel_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
@@ -501,7 +571,7 @@ SELECT id, state FROM cancelled;
 -- SKIP LOCKED: a row a worker is settling now is left for a repeat (if it is still running then).
 WITH targets AS MATERIALIZED (
     SELECT id FROM skiplock.tasks
-    WHERE state IN ('queued', 'running') AND {{_task_filter}}
+    WHERE state IN ('waiting', 'queued', 'running') AND {{_task_filter}}
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -513,7 +583,9 @@ SELECT id, state FROM cancelled;
 -- reclaim budget; one 'resumed' event each; one notification per queue woken.
 resumed AS (
     UPDATE skiplock.tasks AS t
-    SET state = 'queued', limited = false, attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
+    -- a dependent whose parents are not all final waits for them again
+    SET state = CASE WHEN t.waiting_on > 0 THEN 'waiting' ELSE 'queued' END, cancelled_by_parent = false,
+        limited = false, attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
         updated_at = now(), event_seq = t.event_seq + 1
     FROM targets
     WHERE t.id = targets.id AND t.state IN ('failed', 'cancelled')
@@ -566,7 +638,7 @@ RETURNING t.id
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
-       e.traceback AS last_error_traceback
+       e.traceback AS last_error_traceback, waiting_on, on_parent_failure
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
     SELECT data ->> 'traceback' AS traceback

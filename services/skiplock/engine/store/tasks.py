@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ..errors import TaskNotCancellable, TaskNotFound, TaskNotResumable
-from ..model import Claim, ClaimedTask, Settlement, Task, TaskEvent, TaskSpec, uuid7
+from ..errors import InvalidInput, TaskNotCancellable, TaskNotFound, TaskNotResumable
+from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim, ClaimedTask, Parent, Settlement,
+                     Task, TaskEvent, TaskSpec, uuid7)
 from .. import queries
 from .connection import Database, jsonb, rows_as, translated_errors
 from .copy import COPY_THRESHOLD, copy_in, copy_line, pieces
@@ -54,6 +55,8 @@ def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str
         return []
     sql = queries.load(schema)
     ids = uuid7.many(len(specs))
+    if any(s.depends_on for s in specs):
+        return _insert_dependent(conn, specs, ids, sql, schema)
     if len(specs) >= COPY_THRESHOLD and all(
             s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
         texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
@@ -102,6 +105,48 @@ def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str
             # free again, so insert these once more
             for i, task_id in zip(orphans, task_insert(conn, [specs[i] for i in orphans], schema)):
                 ids[i] = task_id
+    return ids
+
+
+def _insert_dependent(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql,
+                      schema: str) -> list[uuid.UUID]:
+    """task_insert for tasks with parents, in a savepoint of `conn`'s transaction (a refused one
+    leaves nothing written): lock the parents (task_parents_watch: their outcomes cannot happen
+    unseen until this commits), count the ones not final and the ones failed or cancelled, insert
+    each task 'waiting', 'queued' (every parent done) or 'cancelled' (a failed parent, and
+    on_parent_failure 'cancel'), then its edges."""
+    parents = sorted({p for s in specs for p in s.depends_on})
+    with translated_errors(), conn.transaction():
+        states = dict(conn.execute(sql["task_parents_watch"], {"ids": parents}).fetchall())
+        missing = [p for p in parents if p not in states]
+        if missing:
+            raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
+        columns: dict[str, list] = {k: [] for k in ("states", "waiting_on", "failed_parents", "last_errors")}
+        for s in specs:
+            waiting = [p for p in s.depends_on if states[p] not in FINISHED_STATES]
+            failed = [p for p in s.depends_on if states[p] in (FAILED, CANCELLED)]
+            if failed and s.on_parent_failure == "cancel":
+                state, error = CANCELLED, f"parent {failed[0]} ended {states[failed[0]]}"
+            else:
+                state, error = (WAITING if waiting else QUEUED), None
+            for key, value in zip(columns, (state, len(waiting), len(failed), error)):
+                columns[key].append(value)
+        inserted = [row[0] for row in conn.execute(sql["task_insert_dependent"], dict(
+            ids=ids, kinds=[s.kind for s in specs], queues=[s.queue for s in specs],
+            priorities=[s.priority for s in specs], payloads=[_RawJson(s.payload_json) for s in specs],
+            max_attempts=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
+            run_ats=[s.run_at for s in specs], idempotency_keys=[s.idempotency_key for s in specs],
+            concurrency_keys=[s.concurrency_key for s in specs],
+            on_parent_failures=[s.on_parent_failure for s in specs], **columns)).fetchall()]
+        if len(inserted) < len(specs):
+            # a taken idempotency key: the existing task stands, with the parents it has
+            keys = list({s.idempotency_key for s, i in zip(specs, ids) if i not in set(inserted)})
+            existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
+            ids = [i if i in set(inserted) else existing.get(s.idempotency_key, i) for s, i in zip(specs, ids)]
+        new = set(inserted)
+        edges = [(i, p) for s, i in zip(specs, ids) if i in new for p in s.depends_on]
+        conn.execute(sql["task_dependencies_insert"], {"task_ids": [e[0] for e in edges],
+                                                      "parent_ids": [e[1] for e in edges]})
     return ids
 
 
@@ -240,6 +285,18 @@ class TaskStore:
         if not rows:
             raise TaskNotFound(f"task {task_id} not found")
         return rows[0]
+
+    def task_parents(self, task_id: uuid.UUID, limit: int = 1000) -> list[Parent]:
+        """The task's parents with their state, result and last error (ctx.parents())."""
+        return [Parent(*row) for row in self.db.fetch("task_parents", {"id": task_id, "limit": limit})]
+
+    def task_relatives(self, task_id: uuid.UUID | str, limit: int = 100) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+        """(parent ids, child ids) of a task, at most `limit` of each, in id order."""
+        task_id = _parse_id(task_id)
+        with self.db.connection() as conn:
+            parents = [r[0] for r in conn.execute(self.db.sql["task_parent_ids"], {"id": task_id, "limit": limit})]
+            children = [r[0] for r in conn.execute(self.db.sql["task_children"], {"id": task_id, "limit": limit})]
+        return parents, children
 
     def task_events_list(self, task_id: uuid.UUID | str) -> list[TaskEvent]:
         return self.db.fetch_as("task_events_list", {"id": _parse_id(task_id)}, TaskEvent)

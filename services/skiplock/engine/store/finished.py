@@ -1,0 +1,50 @@
+"""Waiting for a task to be final (skiplock.wait): LISTEN on skiplock_<schema>_finished (the
+tasks_watched trigger of migration 0017 notifies it with the task's id when a watched task ends),
+mark the task watched, and read it when a notification names it, or every `poll` seconds in case
+one was missed (notifications sent while the connection was busy are kept for it; those lost with
+a dropped connection are not). It never polls faster than that.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import psycopg
+from psycopg import sql as pgsql
+
+from .. import queries
+from ..errors import TaskNotFound, WaitTimeout
+from ..model import FINISHED_STATES, Task
+from .connection import rows_as, translated_errors
+
+
+def wait_finished(conn: psycopg.Connection, schema: str, task_id: uuid.UUID, timeout: float,
+                  poll: float) -> Task:
+    """The task once final, read on `conn` (autocommit); WaitTimeout after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    statements = queries.load(schema)
+    channel = pgsql.Identifier(f"skiplock_{schema}_finished")
+    wanted = str(task_id)
+    with translated_errors(conn):
+        conn.execute(pgsql.SQL("LISTEN {}").format(channel))
+        try:
+            row = conn.execute(statements["task_watch"], {"id": task_id}).fetchone()
+            if row is None:
+                raise TaskNotFound(f"task {task_id} not found")
+            state = row[0]
+            while state not in FINISHED_STATES:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(f"task {task_id} is still {state} after {timeout:g} s")
+                for notice in conn.notifies(timeout=min(remaining, poll)):
+                    if notice.payload == wanted:
+                        break
+                row = conn.execute(statements["task_state"], {"id": task_id}).fetchone()
+                if row is None:
+                    raise TaskNotFound(f"task {task_id} not found (deleted while waited for)")
+                state = row[0]
+            (task,) = rows_as("task_get", Task, conn.execute(statements["task_get"], {"id": task_id}))
+            return task
+        finally:
+            conn.execute(pgsql.SQL("UNLISTEN {}").format(channel))
