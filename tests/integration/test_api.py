@@ -96,7 +96,11 @@ def test_submit_read_list_and_events(api, db):
                      (task["id"],)).fetchone()
     assert row[0].isoformat() == "2098-12-31T22:00:00+00:00" and row[1] is True
 
-    assert api.get(f"/v1/tasks/{task['id']}", role="reader").get_json() == task
+    read = api.get(f"/v1/tasks/{task['id']}", role="reader").get_json()
+    # the read adds the task's relatives (the submission's answer does not)
+    assert (read.pop("parents"), read.pop("children"), read.pop("parents_truncated"),
+            read.pop("children_truncated")) == ([], [], False, False)
+    assert read == task
     events = api.get(f"/v1/tasks/{task['id']}/events", role="reader").get_json()["events"]
     assert [(e["seq"], e["type"]) for e in events] == [(1, "queued")]
     assert audit_rows(db) == [("submitter-bot", "task.submit", task["id"], "ok")]
@@ -422,8 +426,8 @@ def test_queue_overview_and_pauses(api, db, store):
     assert queues["q1"]["paused"] is False and queues["q1"]["oldest_claimable_age_seconds"] >= 0
     assert (queues["q2"]["claimable"], queues["q2"]["oldest_claimable_age_seconds"], queues["q2"]["paused"]) == \
         (0, None, True)
-    assert queues["empty"]["tasks"] == dict.fromkeys(["queued", "running", "cancelling", "completed", "failed",
-                                                      "cancelled"], 0)
+    assert queues["empty"]["tasks"] == dict.fromkeys(["waiting", "queued", "running", "cancelling", "completed",
+                                                      "failed", "cancelled"], 0)
     assert store.tasks.task_claim(["q1", "q2"], 10, "w", 30) and len(store.tasks.task_claim(["q1"], 10, "w", 30)) == 0
     assert api.post("/v1/kinds/b/resume").get_json() == {"kind": "b", "paused": False}
     assert api.post("/v1/queues/q2/resume").get_json() == {"queue": "q2", "paused": False}

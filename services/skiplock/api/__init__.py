@@ -31,6 +31,8 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     if threads < 1:
         raise ConfigError(f"--threads {threads}: must be a positive integer")
     Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")  # fail closed, before serving
+    # a long-poll holds a request thread: one is always left for the other requests
+    settings = settings.replace(api_max_waits=min(settings.api_max_waits, threads - 1))
     url = settings.require_database_url()
     waiting = migrate.pending(url, settings.db_schema)
     if waiting:

@@ -1,7 +1,8 @@
 """Admission limits of the API, per gunicorn worker process: a token's submission rate (a token
-bucket per token name) and concurrency, and the room for large request bodies (bodies whose
-parsing costs several times their size in memory). A full limit answers 429 with Retry-After,
-before the body is read.
+bucket per token name) and concurrency, the room for large request bodies (bodies whose
+parsing costs several times their size in memory), and the long-polls held at once (each holds a
+request thread and a database connection). A full limit answers 429 with Retry-After, before the
+body is read or the wait begins.
 
 State lives in this process only. Sharing it across workers would need a lock or counters that a
 worker killed mid-request could leave held, or a database round trip per submission; the pod's
@@ -36,6 +37,8 @@ class Limits:
         self.concurrency = settings.api_submit_concurrency
         self.large_body_bytes = settings.api_large_body_bytes
         self.large = threading.BoundedSemaphore(settings.api_large_bodies)
+        self.max_waits = settings.api_max_waits
+        self.waits = threading.BoundedSemaphore(max(1, settings.api_max_waits))
         self.clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}  # one per configured token name: bounded by the config
@@ -81,6 +84,15 @@ class Limits:
             raise TooManyRequests("this worker is parsing as many large bodies as it may "
                                   "(SKIPLOCK_API_LARGE_BODIES); retry", retry_after=1)
         return self.large.release
+
+
+    def long_poll(self) -> Callable[[], None]:
+        """Take room for one long-poll (GET /v1/tasks/{id}?wait=) or raise TooManyRequests;
+        returns its release."""
+        if not self.max_waits or not self.waits.acquire(blocking=False):
+            raise TooManyRequests(f"this worker holds as many long-polls as it may (SKIPLOCK_API_MAX_WAITS="
+                                  f"{self.max_waits}); retry, or read the task without wait", retry_after=1)
+        return self.waits.release
 
 
 def _nothing() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from flask import Response
 
 from ..engine.errors import SkiplockError
-from ..engine.model import STATES, AuditEntry, Task, TaskEvent
+from ..engine.model import ON_PARENT_FAILURE, STATES, AuditEntry, Task, TaskEvent
 from ..engine.schedules import CATCHUP_POLICIES, OVERLAP_POLICIES, ScheduleStatus
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, JsonValue, Name, Number, Object, String, Uuid
 
@@ -55,8 +55,14 @@ ERROR = Object({
 
 # ---- tasks -------------------------------------------------------------------------------------
 
-def task_json(task: Task) -> dict:
-    return {
+# a task's view shows at most this many of its parents' ids, and of its children's
+RELATIVES_SHOWN = 100
+
+
+def task_json(task: Task, *, parents: list | None = None, children: list | None = None) -> dict:
+    """A task; with `parents` and `children` (ids, read with up to RELATIVES_SHOWN + 1 of each:
+    the extra one only says there are more), its relatives too, as the single-task view shows them."""
+    body = {
         "id": str(task.id), "kind": task.kind, "queue": task.queue, "priority": task.priority,
         "payload": task.payload, "state": task.state, "attempts": task.attempts,
         "max_attempts": task.max_attempts, "reclaims": task.reclaims, "lease_owner": task.lease_owner,
@@ -67,7 +73,13 @@ def task_json(task: Task) -> dict:
         "last_error_traceback": task.last_error_traceback,
         "created_at": iso(task.created_at), "updated_at": iso(task.updated_at),
         "started_at": iso(task.started_at), "finished_at": iso(task.finished_at),
+        "waiting_on": task.waiting_on, "on_parent_failure": task.on_parent_failure,
     }
+    for name, ids in (("parents", parents), ("children", children)):
+        if ids is not None:
+            body[name] = [str(i) for i in ids[:RELATIVES_SHOWN]]
+            body[f"{name}_truncated"] = len(ids) > RELATIVES_SHOWN
+    return body
 
 
 TASK = Object({
@@ -99,6 +111,15 @@ TASK = Object({
         "a lost lease) and in list pages: read the task for it.", nullable=True),
     "created_at": DateTime(), "updated_at": DateTime(),
     "started_at": DateTime(nullable=True), "finished_at": DateTime(nullable=True),
+    "waiting_on": Integer("Parents not final yet: a `waiting` task is queued when this reaches 0."),
+    "on_parent_failure": String("What a parent ending failed or cancelled does to it: `cancel` it, or let it "
+                                "`run` once every parent is final.", enum=ON_PARENT_FAILURE),
+    "parents": Array(Uuid(), f"The tasks it depends on (depends_on), in id order: at most {RELATIVES_SHOWN}. "
+                             "Only in the single-task view (GET /v1/tasks/{id})."),
+    "parents_truncated": Boolean(f"true: it has more than {RELATIVES_SHOWN} parents."),
+    "children": Array(Uuid(), f"The tasks that depend on it, in id order: at most {RELATIVES_SHOWN}. Only in the "
+                              "single-task view."),
+    "children_truncated": Boolean(f"true: it has more than {RELATIVES_SHOWN} children."),
 }, "A task.", required=("id", "kind", "queue", "priority", "payload", "state", "attempts", "created_at"))
 
 
@@ -109,7 +130,7 @@ def event_json(event: TaskEvent) -> dict:
 
 EVENT = Object({
     "seq": Integer("1, 2, 3, ... per task, without gaps."),
-    "type": String("queued, running, completed, retrying, checkpoint, cancelling, cancelled, resumed, ..."),
+    "type": String("waiting, queued, running, completed, retrying, checkpoint, cancelling, cancelled, resumed, ..."),
     "at": DateTime(), "attempt": Integer(nullable=True), "lease_token": Integer(nullable=True),
     "data": JsonValue("retrying and failed: `error`, and `traceback` when the handler raised (bounded as "
                       "a task's last_error_traceback); retrying: `delay`."),

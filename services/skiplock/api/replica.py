@@ -11,6 +11,8 @@ the primary), and this module applies the declaration to each request. The rule:
   answer and its Idempotency-Key replay lookup, the task returned by cancel and resume, a
   schedule's PATCH); the audit log (an admin reads it to see what was just done); /readyz (it
   answers for the primary); the console's session (no table). Tokens are configuration: no read.
+- Primary, for a long-poll: a task read with `wait` (GET /v1/tasks/{id}?wait=) listens for the
+  task's end on the primary, and reads it there.
 - Primary, when the caller must see its own writes: a request with `Skiplock-Read-From: primary`;
   a console page after one of the console's actions, until the replica has replayed that write
   (the primary's WAL position after it travels in a cookie, console/views.py).

@@ -15,7 +15,7 @@ from gunicorn.util import parse_address
 
 from ..engine.errors import ConfigError
 from ..engine.metrics import listen_failure
-from ..engine.settings import Settings
+from ..engine.settings import API_WORKER_TIMEOUT_SECONDS, Settings
 from .connections import ApiWorker
 from .gunicorn_classes import ApiLogger
 from .probes import MasterProbes
@@ -78,7 +78,8 @@ class ApiServer(BaseApplication):
             worker_connections=settings.api_max_connections,
             logger_class=ApiLogger,
             # whole seconds for gunicorn; rounded down, so still below the pod's grace
-            graceful_timeout=max(1, int(settings.shutdown_grace_seconds)), timeout=60, keepalive=5,
+            graceful_timeout=max(1, int(settings.shutdown_grace_seconds)), timeout=API_WORKER_TIMEOUT_SECONDS,
+            keepalive=5,
             accesslog=None, errorlog="-", loglevel=settings.log_level.lower(), proc_name="skiplock-api",
             worker_exit=_worker_exit, child_exit=_child_exit,
             when_ready=_when_ready, post_fork=_post_fork, on_exit=_on_exit,

@@ -1,6 +1,7 @@
 """Tasks over HTTP: submit (one, with an optional Idempotency-Key, or a batch through the bulk
-path), list with keyset pagination, read one and its events, cancel and resume; retry, cancel or
-purge the tasks of a filter (engine/task_actions.py, shared with the `skiplock tasks` command).
+path), list with keyset pagination, read one (with its parents and children, and with `wait` a
+long-poll until it is final) and its events, cancel and resume; retry, cancel or purge the tasks
+of a filter (engine/task_actions.py, shared with the `skiplock tasks` command).
 
 Views only translate: validation happened before they run (operations.py declarations), the
 semantics are the store's (engine/store/), and each change commits with its audit row.
@@ -17,22 +18,27 @@ from typing import Any
 
 from flask import Blueprint, g
 
+from ..engine import store as store_mod
 from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge, TaskNotCancellable,
-                             TaskNotFound, TaskNotResumable)
-from ..engine.model import MAX_CONCURRENCY_KEY_BYTES, STATES, TaskSpec
+                             TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
+from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
+                            Task, TaskSpec)
 from ..engine.store import Store
 from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
                                    TaskFilter, bulk)
 from ..engine.task_actions import cancel_task as cancel, resume_task as resume
+from ..waiting import wait
 from .audit import audited, current_draft
 from .app_state import api, reads
 from .operations import SMALL_BODY, operation
-from .render import EVENT, TASK, event_json, iso, json_response, page, page_response, task_json
+from .render import EVENT, RELATIVES_SHOWN, TASK, event_json, iso, json_response, page, page_response, task_json
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid
 
 bp = Blueprint("tasks", __name__)
 
 BATCH_MAX_TASKS = 1000
+# the largest `wait` a client may ask for; the wait itself is cut to SKIPLOCK_API_MAX_WAIT_SECONDS
+WAIT_QUERY_MAX = 3600
 # A batch body may hold many payloads; each is still held to SKIPLOCK_MAX_PAYLOAD_BYTES.
 BATCH_MAX_BODY = 32 * 1024 * 1024
 MAX_DELAY_SECONDS = 10 * 365 * 86400.0
@@ -62,6 +68,13 @@ def _task_fields() -> dict:
                                 maximum=2**31 - 1, nullable=True),
         "deadline": DateTime("No retry is scheduled after this time.", nullable=True),
         "concurrency_key": CONCURRENCY_KEY,
+        "depends_on": Array(Uuid(), f"Ids of tasks (of this schema) that must be final first: until then the "
+                                    f"task is `waiting`. A parent already final counts at once. At most "
+                                    f"{MAX_PARENTS:,}; an unknown id: 400, nothing enqueued.",
+                            max_items=MAX_PARENTS, nullable=True),
+        "on_parent_failure": String("What a parent that ends failed or cancelled does to this task: `cancel` "
+                                    "it, or let it `run` once every parent is final.", enum=ON_PARENT_FAILURE,
+                                    default="cancel"),
     }
 
 
@@ -86,7 +99,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
         spec = TaskSpec(item["kind"], item["payload"], queue=item["queue"], priority=item["priority"],
                         run_at=item.get("run_at"), delay=item.get("delay"), idempotency_key=key,
                         max_attempts=item.get("max_attempts"), max_payload_bytes=max_payload,
-                        concurrency_key=item.get("concurrency_key"))
+                        concurrency_key=item.get("concurrency_key"), depends_on=item.get("depends_on"),
+                        on_parent_failure=item["on_parent_failure"])
     except InvalidInput as exc:
         raise type(exc)(f"{where}{exc}") from None
     fingerprint = None
@@ -96,8 +110,12 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
         normalized = {name: item.get(name) for name in ("kind", "queue", "priority", "payload", "delay",
                                                         "max_attempts")}
         normalized.update(run_at=iso(item.get("run_at")), deadline=iso(item.get("deadline")))
-        if spec.concurrency_key:  # only when given: the fingerprints of earlier submissions still match
+        # only when given: the fingerprints of earlier submissions still match
+        if spec.concurrency_key:
             normalized["concurrency_key"] = spec.concurrency_key
+        if spec.depends_on:
+            normalized.update(depends_on=sorted(str(p) for p in spec.depends_on),
+                              on_parent_failure=spec.on_parent_failure)
         fingerprint = hashlib.sha256(json.dumps(normalized, sort_keys=True, separators=(",", ":"))
                                      .encode()).hexdigest()
     return spec, fingerprint, item.get("deadline")
@@ -175,6 +193,9 @@ def submit_batch():
     for i, item in enumerate(g.body["tasks"]):
         spec, fingerprint, deadline = _spec(item, item.get("idempotency_key"), max_payload, f"tasks[{i}].")
         specs.append(spec), fingerprints.append(fingerprint), deadlines.append(deadline)
+    edges = sum(len(s.depends_on) for s in specs)
+    if edges > MAX_PARENTS:
+        raise InvalidInput(f"tasks[].depends_on: a batch names at most {MAX_PARENTS:,} parents in all (got {edges:,})")
     with audited() as (tx, draft):
         results = _submit(tx, specs, fingerprints, deadlines)
         created = sum(1 for _, new in results if new)
@@ -201,10 +222,54 @@ def list_tasks():
     return page_response("tasks", reads().tasks.task_list(**q, limit=limit + 1), limit, task_json)
 
 
-@operation(bp, "GET", "/v1/tasks/<task_id>", summary="Read a task", role="reader", tag="tasks", path=TASK_ID,
-           reads="replica", responses={200: ("The task.", TASK)}, errors=(InvalidInput, TaskNotFound))
+@operation(bp, "GET", "/v1/tasks/<task_id>", summary="Read a task, or wait for it to be final", role="reader",
+           tag="tasks", path=TASK_ID, reads="replica",
+           query={"wait": Number("Long-poll: hold the request until the task is completed, failed or cancelled, "
+                                 "for at most this many seconds (cut to SKIPLOCK_API_MAX_WAIT_SECONDS, 20 by "
+                                 "default). The answer is the task either way: its `state` says whether it "
+                                 "ended. Read on the primary.", minimum=0, maximum=WAIT_QUERY_MAX)},
+           description=f"With its parents and children (at most {RELATIVES_SHOWN} ids each; `parents_truncated` "
+                       "or `children_truncated` says there are more). A long-poll holds a request thread: "
+                       "beyond SKIPLOCK_API_MAX_WAITS at once on one gunicorn worker, 429 "
+                       "request.rate_limited with Retry-After.",
+           responses={200: ("The task (with `wait`: once final, or as it is when the wait ends).", TASK)},
+           errors=(InvalidInput, TaskNotFound, TooManyRequests))
 def get_task(task_id):
-    return json_response(task_json(reads().tasks.task_get(task_id)))
+    seconds = _wait_seconds(g.query["wait"])
+    store = api().store if seconds else reads()  # a wait listens on the primary
+    task = store.tasks.task_get(task_id)
+    if seconds and task.state not in FINISHED_STATES:
+        task = _wait_final(task_id, seconds) or store.tasks.task_get(task_id)
+    parents, children = store.tasks.task_relatives(task_id, RELATIVES_SHOWN + 1)
+    return json_response(task_json(task, parents=parents, children=children))
+
+
+def _wait_seconds(asked: float | None) -> float:
+    """How long this request may wait: what it asked, cut to SKIPLOCK_API_MAX_WAIT_SECONDS and
+    below the shutdown grace (gunicorn's graceful timeout, whole seconds), so that a wait in
+    flight at SIGTERM ends, answered, before the worker is stopped. 0: no wait."""
+    settings = api().settings
+    if not asked or not api().limits.max_waits:
+        return 0.0
+    return max(0.0, min(asked, settings.api_max_wait_seconds, int(settings.shutdown_grace_seconds) - 1))
+
+
+def _wait_final(task_id: uuid.UUID, seconds: float) -> Task | None:
+    """skiplock.wait on a connection of its own (LISTEN must not be left on a pooled one, and the
+    pool's are for short reads); the task once final, None when the wait ended first."""
+    settings = api().settings
+    release = api().limits.long_poll()
+    try:
+        # the worker's LISTEN URL where one is set: a direct connection, when the main URL is a
+        # transaction pooler's (through which notifications do not arrive; the wait's poll still reads)
+        url = settings.listen_database_url or settings.require_database_url()
+        pooler = "none" if settings.listen_database_url else settings.database_pooler
+        with store_mod.connect(url, autocommit=True, pooler=pooler) as conn:
+            return wait(conn, task_id, seconds, schema=settings.db_schema)
+    except WaitTimeout:
+        return None
+    finally:
+        release()
 
 
 @operation(bp, "GET", "/v1/tasks/<task_id>/events", summary="A task's events in sequence order", role="reader",
@@ -221,7 +286,7 @@ def task_events(task_id):
 
 @operation(bp, "POST", "/v1/tasks/<task_id>/cancel", summary="Cancel a task", role="admin", tag="tasks",
            path=TASK_ID, body=REASON, body_required=False, audit="task.cancel",
-           description="queued: cancelled at once. running: cancelling (its handler sees "
+           description="waiting or queued: cancelled at once. running: cancelling (its handler sees "
                        "ctx.cancel_requested at the next heartbeat; the task ends cancelled). Cancelling "
                        "again is not an error. A finished task: 409 task.not_cancellable.",
            responses={200: ("The task after the request.", TASK)},
@@ -235,8 +300,10 @@ def cancel_task(task_id):
 
 @operation(bp, "POST", "/v1/tasks/<task_id>/resume", summary="Resume a failed or cancelled task", role="admin",
            tag="tasks", path=TASK_ID, body=REASON, body_required=False, audit="task.resume",
-           description="failed or cancelled: queued again with attempts reset (a full retry budget). "
-                       "Completed: 409 task.not_resumable; queued or running: 409 too.",
+           description="failed or cancelled: queued again with attempts reset (a full retry budget); a task "
+                       "with parents not final yet waits for them again (`waiting`). Its dependents that it "
+                       "cancelled by failing are re-armed. Completed: 409 task.not_resumable; waiting, queued "
+                       "or running: 409 too.",
            responses={200: ("The task after the request.", TASK)},
            errors=(InvalidInput, TaskNotFound, TaskNotResumable))
 def resume_task(task_id):
@@ -258,7 +325,8 @@ BULK_RESULT = Object({"changed": Integer("How many tasks this request changed.")
 BULK_SEMANTICS = {
     "retry": "failed or cancelled tasks are queued again with attempts reset, as the single resume does "
              "(event `resumed`).",
-    "cancel": "queued tasks are cancelled at once, running ones go to cancelling, as the single cancel does.",
+    "cancel": "waiting and queued tasks are cancelled at once, running ones go to cancelling, as the single "
+              "cancel does.",
     "purge": "completed, failed and cancelled tasks are deleted with their events.",
 }
 

@@ -33,6 +33,10 @@ _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 POOLERS = ("none", "session", "transaction")
 # API roles, weakest first: each can do what the ones before it can
 API_ROLES = ("reader", "submitter", "admin")
+# gunicorn's worker timeout in `skiplock api` (api/server.py), and the longest long-poll allowed
+# under it, with room to write the answer
+API_WORKER_TIMEOUT_SECONDS = 60
+API_MAX_WAIT_CEILING = 50.0
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 # an EnvReader read given no default: the variable's declared one (VARIABLES, at the end)
 _DECLARED = object()
@@ -120,6 +124,8 @@ class Settings:
     api_submit_concurrency: int = 0
     api_large_body_bytes: int = 1024 * 1024
     api_large_bodies: int = 1
+    api_max_wait_seconds: float = 20.0  # GET /v1/tasks/{id}?wait= waits at most this long (api/tasks.py)
+    api_max_waits: int = 2  # such waits one gunicorn worker holds at once
     log_format: str = "json"
     log_level: str = "INFO"
     pod_deletion_cost: bool = False
@@ -208,6 +214,12 @@ class Settings:
                                 ("API_LARGE_BODIES", self.api_large_bodies)):
             if value < 1:
                 raise ConfigError(f"SKIPLOCK_{variable}={value}: must be a positive integer")
+        if not 0 <= self.api_max_wait_seconds <= API_MAX_WAIT_CEILING:
+            raise ConfigError(f"SKIPLOCK_API_MAX_WAIT_SECONDS={self.api_max_wait_seconds:g}: must be 0-"
+                              f"{API_MAX_WAIT_CEILING:g} (below the API's worker timeout, "
+                              f"{API_WORKER_TIMEOUT_SECONDS} s)")
+        if self.api_max_waits < 0:
+            raise ConfigError(f"SKIPLOCK_API_MAX_WAITS={self.api_max_waits}: must be >= 0 (0: no long-poll)")
         for variable, value in (("API_SUBMIT_RATE", self.api_submit_rate),
                                 ("API_SUBMIT_CONCURRENCY", self.api_submit_concurrency),
                                 ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
@@ -305,6 +317,8 @@ class Settings:
             api_submit_concurrency=env.integer("API_SUBMIT_CONCURRENCY"),
             api_large_body_bytes=env.integer("API_LARGE_BODY_BYTES"),
             api_large_bodies=env.integer("API_LARGE_BODIES"),
+            api_max_wait_seconds=env.number("API_MAX_WAIT_SECONDS"),
+            api_max_waits=env.integer("API_MAX_WAITS"),
             log_format=env.text("LOG_FORMAT").lower(),
             log_level=env.text("LOG_LEVEL").upper(),
             pod_deletion_cost=env.boolean("POD_DELETION_COST"),
@@ -557,6 +571,12 @@ VARIABLES: tuple[Variable, ...] = (
              "that allows more) is large", _API, contract=True),
     Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
              "429 with `Retry-After` (this bounds the API's memory)", _API, contract=True),
+    Variable("API_MAX_WAIT_SECONDS", 20.0, "the longest `GET /v1/tasks/{id}?wait=` holds a request for a task to "
+             "end (a longer `wait` is cut to it; also to the shutdown grace); `0`: no long-poll", _API,
+             more=f"at most {API_MAX_WAIT_CEILING:g}, below gunicorn's worker timeout", contract=True),
+    Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
+             "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
+             "`0`: no long-poll", _API, contract=True),
     Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
              "a warning)", _API),
     Variable("DEV_API_PORT", 8080, "`skiplock dev` only: port of the HTTP API it serves on 127.0.0.1 without auth "

@@ -30,7 +30,7 @@ BULK_MAX_IDS = 1000
 # action → (the states it acts on, its audit action)
 BULK_ACTIONS = {
     "retry": (("failed", "cancelled"), "task.retry_many"),
-    "cancel": (("queued", "running"), "task.cancel_many"),
+    "cancel": (("waiting", "queued", "running"), "task.cancel_many"),
     "purge": (("completed", "failed", "cancelled"), "task.purge_many"),
 }
 
