@@ -108,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--idempotency-key")
     e.add_argument("--max-attempts", type=int, help="default: the kind's (3 if undeclared)")
     e.add_argument("--concurrency-key", help="the task's group under its kind's limit (`skiplock limits`)")
+    e.add_argument("--depends-on", action="append", metavar="ID",
+                   help="a task that must be final first (repeat it); until then the task is waiting")
+    e.add_argument("--on-parent-failure", default="cancel", metavar="cancel|run",
+                   help="a parent that ends failed or cancelled cancels the task (default), or it runs anyway")
     return p
 
 
@@ -206,10 +210,19 @@ def _run(args) -> int:
                 raise InvalidInput(f"--run-at {args.run_at!r}: not an ISO 8601 time") from None
             if run_at.tzinfo is None:
                 raise InvalidInput(f"--run-at {args.run_at!r}: add a UTC offset, e.g. 2030-01-01T09:00:00+00:00")
-        task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
-                          priority=args.priority, delay=args.delay, run_at=run_at,
-                          idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
-                          concurrency_key=args.concurrency_key, schema=settings.db_schema)
+        try:
+            task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
+                              priority=args.priority, delay=args.delay, run_at=run_at,
+                              idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
+                              concurrency_key=args.concurrency_key, depends_on=args.depends_on,
+                              on_parent_failure=args.on_parent_failure, schema=settings.db_schema)
+        except InvalidInput as exc:
+            # the library's names, as this command spells its options
+            message = str(exc)
+            for name in ("depends_on", "on_parent_failure"):
+                if message.startswith(name):
+                    raise InvalidInput(f"--{name.replace('_', '-')}{message[len(name):]}") from None
+            raise
         print(task_id)
         return 0
     raise AssertionError(args.command)

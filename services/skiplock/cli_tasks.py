@@ -1,4 +1,4 @@
-"""The operator's commands of `skiplock`: `tasks list|show|events|cancel|resume|retry`,
+"""The operator's commands of `skiplock`: `tasks list|show|wait|events|cancel|resume|retry`,
 `queues list|pause|resume`, `kinds pause|resume`, `audit list` (`limits`: cli_limits.py).
 
 They read SKIPLOCK_DATABASE_URL like every command and run what the API's routes run: the same
@@ -22,6 +22,9 @@ from .engine.settings import Settings
 from .engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
                                    set_paused)
 
+# `tasks wait` gives up after this many seconds unless told otherwise
+WAIT_DEFAULT_SECONDS = 60
+
 # --option → the API's query parameter it sets
 TASK_FILTERS = {"queue": "queue", "state": "state", "kind": "kind", "created_after": "created-after",
                 "created_before": "created-before"}
@@ -44,9 +47,14 @@ def add_parsers(sub) -> None:
     ls.add_argument("--limit", default="50", help="tasks per page, 1-500 (default 50)")
     ls.add_argument("--cursor", help="the next page: the cursor the previous page printed")
     for action in ("show", "events"):
-        a = tks.add_parser(action, parents=[out], help="one task" if action == "show" else "a task's events")
+        a = tks.add_parser(action, parents=[out], help="one task, with its parents and children" if action == "show"
+                           else "a task's events")
         a.add_argument("id")
-    for action, text in (("cancel", "cancel a task, or with --all the queued and running tasks of a filter"),
+    wt = tks.add_parser("wait", parents=[out], help="wait until a task is final and show it; exit 1 on timeout")
+    wt.add_argument("id")
+    wt.add_argument("--timeout", default=str(WAIT_DEFAULT_SECONDS),
+                    help=f"give up after this many seconds (default {WAIT_DEFAULT_SECONDS})")
+    for action, text in (("cancel", "cancel a task, or with --all the waiting, queued and running tasks of a filter"),
                          ("resume", "queue a failed or cancelled task again; --all: the tasks of a filter"),
                          ("retry", "the same as resume (--all: POST /v1/tasks:retry)")):
         a = tks.add_parser(action, parents=[out, filters], help=text)
@@ -84,7 +92,7 @@ def run(args, settings: Settings) -> int:
     from .engine.store import Store
 
     # parse and validate before connecting: a bad filter fails without a database
-    work = _plan(args)
+    work = _plan(args, settings)
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
         try:
@@ -123,7 +131,7 @@ def _query(operation, values: dict, flags: dict[str, str]) -> dict:
         raise InvalidInput(f"--{flags.get(name, name).replace('_', '-')}:{rest}") from None
 
 
-def _plan(args):
+def _plan(args, settings: Settings):
     """The command as a function of the store returning (JSON body, table printer)."""
     from .api import render
 
@@ -142,11 +150,13 @@ def _plan(args):
             return body, lambda: _tasks_table(body)
         return list_
 
+    if args.command == "tasks" and args.action == "wait":
+        return _wait(args, settings)
+
     if args.command == "tasks" and args.action in ("show", "events"):
         def show(store):
             if args.action == "show":
-                task = render.task_json(store.tasks.task_get(args.id))
-                return task, lambda: _print_table(("FIELD", "VALUE"), [(k, _cell(v)) for k, v in task.items()], "")
+                return _task_view(store, store.tasks.task_get(args.id))
             events = store.tasks.task_events_list(args.id)
             if not events:  # every task has its 'queued' event: none means no task
                 store.tasks.task_get(args.id)
@@ -209,6 +219,44 @@ def _plan(args):
                   _cell(e["detail"])) for e in body["entries"]], "no audit entries", body["next_cursor"])
         return audit
     raise AssertionError(args.command)
+
+
+def _task_view(store, task) -> tuple[dict, object]:
+    """`tasks show`'s answer for a task: GET /v1/tasks/{id}'s JSON and its table, one row per
+    field and per parent or child id."""
+    from .api import render
+
+    parents, children = store.tasks.task_relatives(task.id, render.RELATIVES_SHOWN + 1)
+    body = render.task_json(task, parents=parents, children=children)
+    rows = []
+    for name, value in body.items():
+        if name in ("parents", "children"):
+            ids = value or ["-"]
+            if body[f"{name}_truncated"]:
+                ids = [*ids, f"... (the first {render.RELATIVES_SHOWN} shown)"]
+            rows += [(name if i == 0 else "", v) for i, v in enumerate(ids)]
+        elif not name.endswith("_truncated"):
+            rows.append((name, _cell(value)))
+    return body, lambda: _print_table(("FIELD", "VALUE"), rows, "")
+
+
+def _wait(args, settings: Settings):
+    """`tasks wait ID`: skiplock.wait on a connection of its own, then the task as `tasks show`
+    prints it; a timeout is WaitTimeout (one line, exit 1)."""
+    from .api.schema import Number, Uuid
+    from .engine import store as store_mod
+    from .waiting import wait
+
+    task_id = Uuid().from_text(args.id, "id")
+    timeout = Number(minimum=0).from_text(args.timeout, "--timeout")
+
+    def waited(store):
+        url = settings.listen_database_url or settings.require_database_url()
+        pooler = "none" if settings.listen_database_url else settings.database_pooler
+        with store_mod.connect(url, autocommit=True, pooler=pooler) as conn:
+            task = wait(conn, task_id, timeout, schema=settings.db_schema)
+        return _task_view(store, task)
+    return waited
 
 
 def _task_action(args):
