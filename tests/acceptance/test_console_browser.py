@@ -199,7 +199,7 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
 
     # bulk actions on the filter shown: cancel the queued task of "bulk", then purge it (after a confirm)
     page.goto(f"{base}/ui/tasks?queue=bulk")
-    page.click("button:text('Cancel all queued or running')")
+    page.click("button:text('Cancel all waiting, queued or running')")
     expect(page.get_by_role("status")).to_have_text("1 task(s) changed.")
     asked = []
     page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))

@@ -232,7 +232,7 @@ def test_bulk_actions_act_on_the_filter_shown(make_app, db_url, db):
     app = make_app()
     client = app.test_client()
     sign_in(client, "admin")
-    assert "Cancel all queued or running</button>" not in client.get("/ui/tasks").text  # no filter, no bulk action
+    assert "Cancel all waiting, queued or running</button>" not in client.get("/ui/tasks").text  # no filter, no bulk action
     page = client.get("/ui/tasks?queue=b&limit=2").text
     assert 'name="queue" value="b"' in page and "Purge all finished</button>" in page and 'name="limit"' in page
     r = client.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "queue": "b"})
@@ -250,7 +250,7 @@ def test_bulk_actions_act_on_the_filter_shown(make_app, db_url, db):
     reader = app.test_client()
     sign_in(reader, "reader")
     page = reader.get("/ui/tasks?queue=other").text
-    assert "Cancel all queued or running</button>" not in page
+    assert "Cancel all waiting, queued or running</button>" not in page
     assert reader.post("/ui/tasks:cancel", data={"csrf": csrf_of(page), "queue": "other"}).status_code == 403
     assert db.execute("SELECT state FROM skiplock.tasks").fetchall() == [("queued",)]
 
