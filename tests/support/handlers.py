@@ -192,3 +192,38 @@ def hold_gil(ctx, payload):
         import ctypes
         ctypes.PyDLL(None).sleep(int(payload["seconds"]))
     return {"pid": os.getpid(), "held_gil": first}
+
+
+@task("t.parents")
+def parents_seen(ctx, payload):
+    """Records the execution, and returns what ctx.parents() shows: how many parents, their
+    states, and the sum of their results' `n`."""
+    record(ctx)
+    parents = ctx.parents()
+    return {"parents": len(parents), "states": sorted({p.state for p in parents}),
+            "sum": sum((p.result or {}).get("n", 0) for p in parents), "pid": os.getpid()}
+
+
+@task("t.value")
+def value(ctx, payload):
+    """Records the execution and returns {'n': payload['n']} (a parent whose result is read)."""
+    record(ctx)
+    if payload.get("sleep"):
+        time.sleep(float(payload["sleep"]))
+    return {"n": payload.get("n", 0)}
+
+
+@task("t.spawn")
+def spawn(ctx, payload):
+    """Creates payload['n'] children (t.noop, each depending on the one before: siblings), then on
+    its first execution sleeps payload['sleep'] seconds; later executions return at once. The
+    children commit with this run's completion, or never."""
+    first = _executions_so_far(ctx) == 0
+    record(ctx)
+    previous = None
+    for i in range(int(payload["n"])):
+        previous = ctx.enqueue("t.noop", {"child": i, "pid": os.getpid()},
+                               depends_on=[previous] if previous else None)
+    if first:
+        time.sleep(float(payload.get("sleep", 0)))
+    return {"pid": os.getpid()}

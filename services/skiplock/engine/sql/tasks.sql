@@ -47,11 +47,17 @@ COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq
 -- tasks_watched (migration 0017), and until this transaction commits their outcomes wait (a
 -- worker's outcome write skips the locked row and writes it again), so none ends unseen. Their
 -- states as locked, the newest.
-UPDATE skiplock.tasks AS t
-SET watched = true
-FROM (SELECT id FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE) AS p
-WHERE t.id = p.id
-RETURNING t.id, t.state;
+-- Claims that skipped a queued parent while it was locked here are woken again at the commit.
+WITH watched AS (
+    UPDATE skiplock.tasks AS t
+    SET watched = true
+    FROM (SELECT id FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE) AS p
+    WHERE t.id = p.id
+    RETURNING t.id, t.state, t.queue
+)
+SELECT id, state FROM watched
+WHERE (SELECT count(pg_notify(%(channel)s, queue))
+       FROM (SELECT DISTINCT queue FROM watched WHERE state = 'queued') AS q) >= 0;
 
 -- name: task_insert_dependent
 -- task_insert for tasks with parents: each with its first state and its counters, decided by the
@@ -104,8 +110,14 @@ ORDER BY d.parent_id
 LIMIT %(limit)s;
 
 -- name: task_watch
--- skiplock.wait: the task's state changes notify its waiters from now on; its state now.
-UPDATE skiplock.tasks SET watched = true WHERE id = %(id)s RETURNING state;
+-- skiplock.wait: the task's state changes notify its waiters from now on; its state now. A claim
+-- meeting the row while this holds it skips it (SKIP LOCKED) and may find the queue empty: a
+-- queued task's queue is woken again, at this commit.
+WITH watched AS (
+    UPDATE skiplock.tasks SET watched = true WHERE id = %(id)s RETURNING state, queue
+)
+SELECT state, (SELECT count(pg_notify(%(channel)s, queue)) FROM watched WHERE state = 'queued') AS woken
+FROM watched;
 
 -- name: task_state
 SELECT state FROM skiplock.tasks WHERE id = %(id)s;

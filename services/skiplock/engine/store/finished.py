@@ -29,7 +29,7 @@ def wait_finished(conn: psycopg.Connection, schema: str, task_id: uuid.UUID, tim
     with translated_errors(conn):
         conn.execute(pgsql.SQL("LISTEN {}").format(channel))
         try:
-            row = conn.execute(statements["task_watch"], {"id": task_id}).fetchone()
+            row = conn.execute(statements["task_watch"], {"id": task_id, "channel": f"skiplock_{schema}"}).fetchone()
             if row is None:
                 raise TaskNotFound(f"task {task_id} not found")
             state = row[0]

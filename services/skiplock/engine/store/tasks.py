@@ -117,7 +117,8 @@ def _insert_dependent(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: 
     on_parent_failure 'cancel'), then its edges."""
     parents = sorted({p for s in specs for p in s.depends_on})
     with translated_errors(), conn.transaction():
-        states = dict(conn.execute(sql["task_parents_watch"], {"ids": parents}).fetchall())
+        states = dict(conn.execute(sql["task_parents_watch"], {"ids": parents, "channel": f"skiplock_{schema}"}
+                                   ).fetchall())
         missing = [p for p in parents if p not in states]
         if missing:
             raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
