@@ -48,12 +48,13 @@ tools:
 	@scripts/install-test-tools
 
 ## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop, then the cost
-## of flow control (a drain with and without limits); reports only, each on a throwaway Postgres with
+## of flow control (a drain with and without limits) and of a fan-in to its parents; reports only, each on a throwaway Postgres with
 ## default settings (autovacuum on) unless SKIPLOCK_TEST_DATABASE_URL names one
 bench: $(DEV_STAMP)
 	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
 	$(PY) -m tests.benchmarks.run
 	$(PY) -m tests.benchmarks.flow_control
+	$(PY) -m tests.benchmarks.workflows
 
 ## soak: 30 minutes at 60 % of one worker's measured drain rate, on a Postgres of its own with the
 ## default settings (autovacuum on); a table per minute, exit 1 if throughput, p99 or size drift
