@@ -200,10 +200,10 @@ class Task:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     concurrency_key: str = ""  # '' = none: the kind's one group without a key (flow control)
-    # read with one task (task_get), not in lists: from the event that set last_error
-    last_error_traceback: str | None = None
     waiting_on: int = 0  # parents not final yet (a 'waiting' task's)
     on_parent_failure: str = "cancel"  # what a failed or cancelled parent does to it (ON_PARENT_FAILURE)
+    # read with one task (task_get), not in lists: from the event that set last_error
+    last_error_traceback: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,9 @@ from ..engine.store import wait_unbounded
 
 # ctx.parents()'s bound: a fan-in of more parents reads them with a larger limit
 PARENTS_READ = 1000
+# (database, schema, queue, kind) this process registered in queue_kinds (ctx.enqueue); a set's
+# add and membership test are atomic, and a pair registered twice costs one statement
+_REGISTERED: set[tuple[str, str, str, str]] = set()
 
 
 class TaskContext:
@@ -96,13 +99,23 @@ class TaskContext:
         and on this task itself."""
         from ..enqueueing import enqueue
 
+        self._register(options.get("queue", "default"), kind)
         return enqueue(self._held_connection(), kind, payload, schema=self._store.schema, **options)
 
     def enqueue_many(self, kind: str, payloads, **options) -> list[uuid.UUID]:
         """skiplock.enqueue_many in this run's transaction, as ctx.enqueue."""
         from ..enqueueing import enqueue_many
 
+        self._register(options.get("queue", "default"), kind)
         return enqueue_many(self._held_connection(), kind, payloads, schema=self._store.schema, **options)
+
+    def _register(self, queue: str, kind: str) -> None:
+        """Commit the (queue, kind) pair on its own first (queue_kind_register says why), once per
+        process and pair."""
+        key = (self._store.url, self._store.schema, queue, kind)
+        if key not in _REGISTERED:
+            self._store.tasks.queue_kind_register(queue, kind)
+            _REGISTERED.add(key)
 
     def parents(self, limit: int = PARENTS_READ) -> list[Parent]:
         """This task's parents (depends_on), at most `limit`, in id order: id, kind, state, result

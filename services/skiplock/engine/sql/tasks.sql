@@ -122,6 +122,13 @@ FROM watched;
 -- name: task_state
 SELECT state FROM skiplock.tasks WHERE id = %(id)s;
 
+-- name: queue_kind_register
+-- A (queue, kind) pair for queue_kinds (0015), committed on its own before a handler's
+-- transaction inserts such a task: the insert trigger's registration of a new pair holds the
+-- pair until its transaction ends, and other enqueuers of that pair wait for it; a run's
+-- transaction can last long (a zombie's, until its connection dies).
+INSERT INTO skiplock.queue_kinds (queue, kind) VALUES (%(queue)s, %(kind)s) ON CONFLICT DO NOTHING;
+
 -- name: task_ids_by_idempotency_key
 SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(keys)s::text[]);
 
@@ -650,7 +657,7 @@ RETURNING t.id
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
-       e.traceback AS last_error_traceback, waiting_on, on_parent_failure
+       waiting_on, on_parent_failure, e.traceback AS last_error_traceback
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
     SELECT data ->> 'traceback' AS traceback

@@ -287,6 +287,10 @@ class TaskStore:
             raise TaskNotFound(f"task {task_id} not found")
         return rows[0]
 
+    def queue_kind_register(self, queue: str, kind: str) -> None:
+        with self.db.connection() as conn:
+            conn.execute(self.db.sql["queue_kind_register"], {"queue": queue, "kind": kind})
+
     def task_parents(self, task_id: uuid.UUID, limit: int = 1000) -> list[Parent]:
         """The task's parents with their state, result and last error (ctx.parents())."""
         return [Parent(*row) for row in self.db.fetch("task_parents", {"id": task_id, "limit": limit})]
