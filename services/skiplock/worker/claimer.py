@@ -1,5 +1,6 @@
-"""The claimer: asks the slots how many tasks it may take, claims them in one statement, and hands
-them to the handler threads.
+"""The claimer: asks the slots how many tasks it may take, claims them in one statement (and, while
+groups of limited tasks may have work, first in a claim of those: task_claim_limited, a
+transaction of two statements), and hands them to the handler threads.
 
 It claims on a notification, a freed slot or every poll interval, on a connection of its own
 (the writer writes outcomes meanwhile on another). It runs on the thread that called
