@@ -32,7 +32,8 @@ import psycopg
 from skiplock.engine.limits import Limit, apply_limits
 from skiplock.engine.store import Store
 from tests.benchmarks.handlers_skiplock import KEYED, KIND, LIMITED
-from tests.benchmarks.queue_drains import Databases, Workers, header, load_average, prepare, server, steady
+from tests.benchmarks.queue_drains import (Databases, Workers, header, load_average, prepare, server, steady,
+                                           wait_completed)
 
 CONCURRENCY = 100
 KEYS = 1000
@@ -87,14 +88,8 @@ def drain(dbs: Databases, n: int, way: str) -> dict:
         with psycopg.connect(url, autocommit=True) as conn:
             spawned = time.time()
             workers.spawn(url, ["default"], CONCURRENCY)
-            deadline = time.monotonic() + 120 + n / 200
             try:
-                while conn.execute("SELECT count(*) FROM skiplock.tasks WHERE kind = %s AND state = 'completed'",
-                                   (kind,)).fetchone()[0] < n:
-                    workers.check_alive()
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{way}: fewer than {n} tasks completed")
-                    time.sleep(0.05)
+                wait_completed(conn, workers, n, timeout=120 + n / 200, kind=kind)
             finally:
                 workers.stop()
             stamps = [r[0] for r in conn.execute(

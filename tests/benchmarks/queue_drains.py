@@ -203,11 +203,14 @@ def wait_claims(conn: psycopg.Connection, workers: Workers, target: int, timeout
         time.sleep(0.1)
 
 
-def wait_completed(conn: psycopg.Connection, workers: Workers, target: int, timeout: float) -> None:
-    """Until `target` tasks are completed: first the claims (a cheap read), then the count."""
+def wait_completed(conn: psycopg.Connection, workers: Workers, target: int, timeout: float,
+                   kind: str | None = None) -> None:
+    """Until `target` tasks (of `kind`, if given) are completed: first the claims (a cheap read),
+    then the count."""
     deadline = time.monotonic() + timeout
     wait_claims(conn, workers, target, timeout)
-    while conn.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'").fetchone()[0] < target:
+    while conn.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'completed' "
+                       "AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)", {"kind": kind}).fetchone()[0] < target:
         workers.check_alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {target} tasks completed after {timeout:.0f} s")

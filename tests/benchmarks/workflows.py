@@ -31,7 +31,8 @@ import psycopg
 
 import skiplock
 from tests.benchmarks.handlers_skiplock import KIND
-from tests.benchmarks.queue_drains import Databases, Workers, header, load_average, prepare, server, steady
+from tests.benchmarks.queue_drains import (Databases, Workers, header, load_average, prepare, server, steady,
+                                           wait_completed)
 
 CONCURRENCY = 100
 WAYS = ("plain", "fan-in")
@@ -61,13 +62,8 @@ def drain(dbs: Databases, n: int, way: str, enqueue_seconds: dict[str, float]) -
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             workers.spawn(url, [way], CONCURRENCY)
-            deadline = time.monotonic() + 120 + n / 200
             try:
-                while conn.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'").fetchone()[0] < total:
-                    workers.check_alive()
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{way}: fewer than {total} tasks completed")
-                    time.sleep(0.05)
+                wait_completed(conn, workers, total, timeout=120 + n / 200)
             finally:
                 workers.stop()
             stamps = [r[0] for r in conn.execute(
