@@ -59,8 +59,10 @@ def test_a_steady_rate_completes_everything_and_the_database_stays_bounded(clust
         # (retention goes on deleting: the kept count is drain()'s, read with the deleted one)
         assert set(state_counts(soak.db)) <= {"completed"}
         assert totals["deleted"] + totals["kept"] == totals["enqueued"]
-        # the backlog never held more than a few seconds of enqueueing
-        assert max(s.backlog for s in samples) <= RATE * 5
+        # the backlog never held more than a few seconds of enqueueing: unbounded growth (retention
+        # or the claim falling behind) shows as a backlog that only grows. Ten seconds, not five:
+        # in a whole suite on 2 cores, a stall of the machine left 1,549 and 2,052 (5.2-6.8 s)
+        assert max(s.backlog for s in samples) <= RATE * 10
         # retention deleted every task finished more than its retention (and a run) ago, with its
         # events: none is left without its task
         wait_for(lambda: scalar(soak.db, "SELECT count(*) FROM skiplock.tasks WHERE finished_at < now() - "
