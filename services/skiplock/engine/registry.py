@@ -1,7 +1,9 @@
 """The handler registry behind `@skiplock.task`: task kinds and how to run them.
 
 Decorating registers the function in the process-wide REGISTRY (the worker imports the modules
-named in SKIPLOCK_TASKS and reads it). The function stays callable as before.
+named in SKIPLOCK_TASKS and reads it). The function stays callable as before. A kind declared with
+`payload=` (a pydantic model) is a TypedTaskDef: engine/payload_types.py holds all that knows
+pydantic, and is imported only for such a kind.
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ REGISTRY = Registry()
 
 def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
          retry_base: float = 2.0, retry_cap: float = 900.0, deadline: float | None = None,
-         registry: Registry | None = None) -> Callable:
+         payload: type | None = None, registry: Registry | None = None) -> Callable:
     """Declare a task handler: `fn(ctx, payload)`, sync or `async def`.
 
     max_attempts: executions before `failed`; timeout: seconds a run may take (then
     ctx.cancel_requested is set, and the run is abandoned and retried after a grace);
     retry_base/retry_cap: exponential backoff with full jitter, in seconds; deadline: seconds after
-    the task's creation past which no retry is scheduled.
+    the task's creation past which no retry is scheduled; payload: a pydantic model class: the
+    handler receives an instance of it, and payloads are validated at enqueue and at run
+    (engine/payload_types.py).
     """
     check_name("task kind", kind)
     check_name("queue", queue)
@@ -64,10 +68,16 @@ def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: f
     if deadline is not None and deadline <= 0:
         raise InvalidInput(f"task {kind}: deadline must be > 0 seconds")
     policy = RetryPolicy(base=retry_base, cap=retry_cap, deadline=deadline)
+    options = {"kind": kind, "queue": queue, "max_attempts": max_attempts, "timeout": timeout, "retry": policy}
+    define = TaskDef
+    if payload is not None:
+        from .payload_types import TypedTaskDef, check_model
+
+        options["payload_model"] = check_model(kind, payload)
+        define = TypedTaskDef
 
     def decorate(fn: Callable) -> Callable:
-        (registry or REGISTRY).add(TaskDef(kind=kind, fn=fn, queue=queue, max_attempts=max_attempts,
-                                           timeout=timeout, retry=policy))
+        (registry or REGISTRY).add(define(fn=fn, **options))
         fn.skiplock_kind = kind  # type: ignore[attr-defined]
         return fn
 
