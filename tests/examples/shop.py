@@ -52,6 +52,12 @@ def start_worker(processes, db_url: str, example: str, tasks: str = "tasks"):
     return proc
 
 
+def run_example(example: str, argv: list[str], **env: str) -> subprocess.CompletedProcess:
+    """Runs argv to its end in the example's directory, as a user would there; output captured."""
+    return subprocess.run(argv, cwd=EXAMPLES / example, capture_output=True, text=True, timeout=120,
+                          env=harness.child_environment(PYTHONPATH=example_path(example), **env))
+
+
 class AppServers:
     """Runs example apps as their users would (`flask run`, `uvicorn`, `manage.py runserver`) on a
     free port, and kills them when the test ends."""

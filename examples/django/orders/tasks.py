@@ -1,0 +1,18 @@
+"""The worker's half of the recipe: `SKIPLOCK_TASKS=orders.tasks skiplock worker`, run in examples/django.
+
+Plain SQL in ctx.transaction(), not the ORM: the worker does not set Django up, and the ORM's
+writes would commit apart from the task's outcome.
+"""
+
+from __future__ import annotations
+
+from skiplock import task
+
+
+@task("shop.send_receipt")
+def send_receipt(ctx, payload):
+    # A real handler would send the email here. Marking the receipt sent in ctx.transaction()
+    # commits together with the task's completion: both happen, or neither does.
+    with ctx.transaction() as conn:
+        conn.execute("UPDATE orders SET receipt_sent_at = now() WHERE id = %s", (payload["order_id"],))
+    return {"order_id": payload["order_id"]}
