@@ -31,6 +31,9 @@ ERRORS_SHOWN = 10
 # ... and shows at most this many characters of each offending input
 INPUT_SHOWN = 60
 
+_MODELS = REGISTRY.payload_models
+_MODULES = sys.modules
+
 
 @dataclasses.dataclass(frozen=True)
 class TypedTaskDef(TaskDef):
@@ -50,8 +53,7 @@ def check_model(kind: str, model: Any) -> type:
 
 def payload_model(kind: str) -> type | None:
     """The model of `kind` as registered in this process, or None (unknown or untyped)."""
-    definition = REGISTRY.get(kind)
-    return definition.payload_model if isinstance(definition, TypedTaskDef) else None
+    return _MODELS.get(kind)
 
 
 def payload_for_enqueue(kind: str, payload: Any) -> Any:
@@ -65,10 +67,10 @@ def payload_for_enqueue(kind: str, payload: Any) -> Any:
     not validate. Any other kind's payload is returned as it is, except that a pydantic model
     instance is dumped to its JSON form.
     """
-    definition = REGISTRY.get(kind)
-    if isinstance(definition, TypedTaskDef):
-        return _validated_json(kind, definition.payload_model, payload)
-    pydantic = sys.modules.get("pydantic")  # not loaded: the payload cannot be a model instance
+    model = _MODELS.get(kind)  # an untyped kind's whole cost is this lookup and the next
+    if model is not None:
+        return _validated_json(kind, model, payload)
+    pydantic = _MODULES.get("pydantic")  # not loaded: the payload cannot be a model instance
     if pydantic is not None and isinstance(payload, pydantic.BaseModel):
         return payload.model_dump(mode="json")
     return payload
@@ -79,7 +81,8 @@ def _validated_json(kind: str, model: type, payload: Any) -> Any:
 
     try:
         instance = payload if isinstance(payload, model) else model.model_validate(_given(payload))
-        dumped = instance.model_dump(mode="json")
+        # no serializer warning: a value the model refuses is refused just below, as an error
+        dumped = instance.model_dump(mode="json", warnings=False)
         model.model_validate(dumped)
     except ValidationError as exc:
         raise InvalidInput(f"payload of {kind}: {describe(exc)}") from None

@@ -22,6 +22,8 @@ from .settings import check_name
 class Registry:
     def __init__(self) -> None:
         self._defs: dict[str, TaskDef] = {}
+        # kind -> pydantic model of the typed kinds (engine/payload_types.py): enqueue's one lookup
+        self.payload_models: dict[str, type] = {}
 
     def add(self, definition: TaskDef) -> None:
         existing = self._defs.get(definition.kind)
@@ -31,6 +33,11 @@ class Registry:
             if not same_place:  # a module imported twice (e.g. as __main__) redefines the same kind
                 raise InvalidInput(f"task kind {definition.kind!r} is defined twice")
         self._defs[definition.kind] = definition
+        model = getattr(definition, "payload_model", None)
+        if model is not None:
+            self.payload_models[definition.kind] = model
+        else:  # redefined without one
+            self.payload_models.pop(definition.kind, None)
 
     def get(self, kind: str) -> TaskDef | None:
         return self._defs.get(kind)
@@ -77,7 +84,8 @@ def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: f
         define = TypedTaskDef
 
     def decorate(fn: Callable) -> Callable:
-        (registry or REGISTRY).add(define(fn=fn, **options))
+        # `is None`, not `or`: an empty Registry is falsy (it has a length)
+        (REGISTRY if registry is None else registry).add(define(fn=fn, **options))
         fn.skiplock_kind = kind  # type: ignore[attr-defined]
         return fn
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..engine.logs import current_task
 from ..engine.model import Fail, Retry, Settlement, Step
+from ..engine.payload_types import TypedTaskDef, handler_payload
 from ..engine.retry import retry_delay
 from .slots import Run
 from .tracebacks import bounded_traceback
@@ -37,7 +38,10 @@ class Executor:
                               f"worker (SKIPLOCK_TASKS={','.join(self.task_modules) or 'unset'})")
         running = current_task.set(task)  # stamps the handler's log records (engine/logs.py)
         try:
-            value = definition.fn(run.ctx, task.payload)
+            payload = task.payload
+            if isinstance(definition, TypedTaskDef):
+                payload = handler_payload(definition, payload)
+            value = definition.fn(run.ctx, payload)
         except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
             return self._failure(run, exc)
         finally:
@@ -50,11 +54,14 @@ class Executor:
         # this coroutine is an asyncio task of its own, with its own copy of the context
         current_task.set(task)
         try:
+            payload = task.payload
+            if isinstance(definition, TypedTaskDef):
+                payload = handler_payload(definition, payload)
             if definition.timeout:
-                value = await asyncio.wait_for(definition.fn(run.ctx, task.payload),
+                value = await asyncio.wait_for(definition.fn(run.ctx, payload),
                                                definition.timeout + self.stuck_grace_seconds)
             else:
-                value = await definition.fn(run.ctx, task.payload)
+                value = await definition.fn(run.ctx, payload)
             return self._success(run, value)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             return self._failure(run, TimeoutError(f"timed out after {definition.timeout:g}s"))
