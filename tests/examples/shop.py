@@ -125,6 +125,8 @@ def check_order_flow(db, place) -> None:
 
     task_id = place(2)
     assert task_id is not None
+    # committed before the app answered: the order and its task are there as soon as it returns
+    assert harness.scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE id = %s", (task_id,)) == 1
     harness.wait_for(lambda: counts(db)["completed"] == 1, message="the receipt task completed")
     assert counts(db) == {"orders": 1, "receipts": 1, "tasks": 1, "completed": 1, "stock": STOCK - 2}
     order_id = harness.scalar(db, "SELECT id FROM orders")
