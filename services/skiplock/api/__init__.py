@@ -23,6 +23,7 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
 
     from ..engine import logs, migrate
     from ..engine.errors import ConfigError
+    from ..engine.registry import import_task_modules
     from .auth import Authenticator
 
     logs.setup(settings.log_format, settings.log_level)
@@ -31,6 +32,9 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     if threads < 1:
         raise ConfigError(f"--threads {threads}: must be a positive integer")
     Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")  # fail closed, before serving
+    # SKIPLOCK_TASKS' kinds (kinds.py): a module that fails to import stops the API here, in one line,
+    # not in each gunicorn worker; the workers inherit the imported modules through the fork
+    import_task_modules(settings.tasks)
     # a long-poll holds a request thread: one is always left for the other requests
     settings = settings.replace(api_max_waits=min(settings.api_max_waits, threads - 1))
     url = settings.require_database_url()

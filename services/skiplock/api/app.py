@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 from ..engine.errors import (DatabaseError, DatabaseUnavailable, Forbidden, InvalidInput,
                              MethodNotAllowed as MethodRefused, PayloadTooLarge, RouteNotFound, SkiplockError, TooManyRequests, Unauthorized)
 from ..engine.model import uuid7
+from ..engine.registry import import_task_modules
 from ..engine.settings import Settings
 from ..engine.store import Store
 from . import refusals
@@ -38,8 +39,8 @@ log = logging.getLogger("skiplock.api")
 
 # One blueprint per resource, in the order the document lists them; adding a resource is one
 # more name here (its module defines `bp`).
-RESOURCES = ("index", "health", "openapi", "tasks", "queues", "flow_control", "schedules", "webhooks", "deliveries",
-             "audit", "workers")
+RESOURCES = ("index", "health", "openapi", "tasks", "queues", "kinds", "flow_control", "schedules", "webhooks",
+             "deliveries", "audit", "workers")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -49,6 +50,8 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     # refuses to build an open API by accident: before anything is started
     auth = Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")
     url = settings.require_database_url()
+    # the kinds of SKIPLOCK_TASKS: submissions of the typed ones are validated (kinds.py)
+    import_task_modules(settings.tasks)
     app = Flask(__name__, static_folder=None)
     app.config.update(PROVIDE_AUTOMATIC_OPTIONS=False)  # no OPTIONS: routes declare their methods
     for name in RESOURCES:

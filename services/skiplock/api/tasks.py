@@ -23,6 +23,7 @@ from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge,
                              TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
 from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
                             Task, TaskSpec)
+from ..engine.payload_types import payload_for_enqueue
 from ..engine.store import Store
 from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
                                    TaskFilter, bulk)
@@ -96,7 +97,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
     if item.get("run_at") is not None and item.get("delay") is not None:
         raise InvalidInput(f"{where}run_at, {where}delay: give one of them, not both")
     try:
-        spec = TaskSpec(item["kind"], item["payload"], queue=item["queue"], priority=item["priority"],
+        payload = payload_for_enqueue(item["kind"], item["payload"])  # a typed kind's, validated
+        spec = TaskSpec(item["kind"], payload, queue=item["queue"], priority=item["priority"],
                         run_at=item.get("run_at"), delay=item.get("delay"), idempotency_key=key,
                         max_attempts=item.get("max_attempts"), max_payload_bytes=max_payload,
                         concurrency_key=item.get("concurrency_key"), depends_on=item.get("depends_on"),

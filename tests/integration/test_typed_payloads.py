@@ -1,0 +1,147 @@
+"""Typed payloads (`@task(..., payload=Model)`) with real processes: `skiplock api` with and without
+SKIPLOCK_TASKS, and a `skiplock worker` running tests/support/typed_handlers.py.
+
+This test process never imports the typed handlers: its registry stays without their kinds, so
+what it enqueues is enqueued raw, as by a process that does not know the model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+
+import skiplock
+from tests.integration.test_api import TOKEN_CONFIG, TOKENS
+from tests.support.harness import ROOT, free_port, wait_exit, wait_for
+
+SUBMITTER = {"Authorization": f"Bearer {TOKENS['submitter']}"}
+TYPED = "tests.support.typed_handlers"
+
+
+def start_api(processes, db_url, **env) -> httpx.Client:
+    port = free_port()
+    proc = processes.spawn(db_url, "--bind", f"127.0.0.1:{port}", "--workers", "1", command="api",
+                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, **env})
+    base = f"http://127.0.0.1:{port}"
+
+    def ready():
+        if not proc.alive():
+            raise AssertionError(f"skiplock api exited early ({proc.popen.returncode}):\n{proc.log()[-3000:]}")
+        try:
+            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, 60, message="skiplock api ready")
+    return httpx.Client(base_url=base, headers=SUBMITTER, timeout=30)
+
+
+def task_count(db) -> int:
+    return db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0]
+
+
+def finals(db, ids) -> dict[str, tuple]:
+    rows = db.execute("SELECT id::text, state, attempts, result, last_error FROM skiplock.tasks "
+                      "WHERE id = ANY(%s::uuid[]) AND state IN ('completed', 'failed')", (list(ids),)).fetchall()
+    return {row[0]: row[1:] for row in rows}
+
+
+def order_schema() -> dict:
+    """The model's JSON Schema, from a fresh interpreter (this one keeps the typed kinds out)."""
+    done = subprocess.run([sys.executable, "-c", f"import json; from {TYPED} import Order; "
+                           "print(json.dumps(Order.model_json_schema()))"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def test_typed_kinds_through_the_api_and_a_worker(processes, db_url, db):
+    typed_api = start_api(processes, db_url, SKIPLOCK_TASKS=TYPED)
+    raw_api = start_api(processes, db_url)
+
+    # the schema endpoint: the API that imported the kinds lists them with their model's schema
+    listed = typed_api.get("/v1/kinds")
+    assert listed.status_code == 200, listed.text
+    schema = order_schema()
+    assert listed.json() == {"kinds": [
+        {"kind": "typed.order", "queue": "default", "max_attempts": 5, "payload_schema": schema},
+        {"kind": "typed.order_async", "queue": "default", "max_attempts": 5, "payload_schema": schema}]}
+    assert schema["title"] == "Order" and schema["required"] == ["order_id"]
+    assert raw_api.get("/v1/kinds").json() == {"kinds": []}
+    document = typed_api.get("/v1/openapi.json").json()
+    assert set(document["paths"]["/v1/kinds"]) == {"get"}
+
+    # a submission its model refuses: the API's error shape, the message, nothing written
+    refused = typed_api.post("/v1/tasks", json={"kind": "typed.order", "payload": {"qty": "many"}})
+    assert refused.status_code == 400 and refused.json() == {"error": {"code": "request.invalid", "message": (
+        "payload of typed.order: 2 validation errors for Order: order_id: Field required; qty: Input should be a "
+        "valid integer, unable to parse string as an integer (input: 'many')")}}
+    batch = typed_api.post("/v1/tasks:batch", json={"tasks": [
+        {"kind": "typed.order", "payload": {"order_id": 1}},
+        {"kind": "typed.order_async", "payload": {"order_id": 2, "address": {"city": "Oslo", "zip": "1"}}}]})
+    assert batch.status_code == 400 and batch.json()["error"]["message"] == (
+        "tasks[1].payload of typed.order_async: 1 validation error for Order: address.zip: String should match "
+        "pattern '^[0-9]{5}$' (input: '1')")
+    assert task_count(db) == 0
+
+    # accepted: stored in the model's JSON form, coerced, defaults filled in
+    created = typed_api.post("/v1/tasks", json={"kind": "typed.order", "payload": {
+        "order_id": "41", "address": {"city": "Oslo", "zip": "01500"}}})
+    assert created.status_code == 201, created.text
+    assert created.json()["payload"] == {"order_id": 41, "qty": 1, "address": {"city": "Oslo", "zip": "01500"},
+                                         "tags": []}
+    typed_async = typed_api.post("/v1/tasks", json={"kind": "typed.order_async", "payload": {"order_id": 43}})
+    assert typed_async.status_code == 201, typed_async.text
+
+    # enqueued raw, by processes that did not import the definition: stored as given
+    raw = {name: raw_api.post("/v1/tasks", json={"kind": kind, "payload": payload})
+           for name, kind, payload in [("good", "typed.order", {"order_id": "42"}),
+                                       ("bad", "typed.order", {"order_id": "x"}),
+                                       ("bad_async", "typed.order_async", {"tags": "not a list"})]}
+    assert {name: r.status_code for name, r in raw.items()} == {"good": 201, "bad": 201, "bad_async": 201}
+    assert raw["bad"].json()["payload"] == {"order_id": "x"}
+    bad_library = str(skiplock.enqueue(db_url, "typed.order", {"order_id": 7, "qty": -1.5}))
+    assert task_count(db) == 6
+
+    ids = {"typed": created.json()["id"], "typed_async": typed_async.json()["id"], "bad_library": bad_library,
+           **{name: r.json()["id"] for name, r in raw.items()}}
+    processes.spawn(db_url, tasks=TYPED)
+    done = wait_for(lambda: (lambda f: f if len(f) == len(ids) else None)(finals(db, ids.values())), 60,
+                    message="every task final")
+    by_name = {name: done[task_id] for name, task_id in ids.items()}
+
+    received = {"type": "Order", "is_order": True, "qty": 1, "pydantic_loaded": True}
+    assert by_name["typed"] == ("completed", 1, {**received, "order_id": 41, "city": "Oslo"}, None)
+    assert by_name["typed_async"] == ("completed", 1, {**received, "order_id": 43, "city": None}, None)
+    assert by_name["good"] == ("completed", 1, {**received, "order_id": 42, "city": None}, None)
+    # refused at run: failed at the first of the kind's 5 attempts, with the validation message
+    assert by_name["bad"] == ("failed", 1, None, "payload of typed.order: 1 validation error for Order: order_id: "
+                              "Input should be a valid integer, unable to parse string as an integer (input: 'x')")
+    assert by_name["bad_async"] == ("failed", 1, None, "payload of typed.order_async: 2 validation errors for "
+                                    "Order: order_id: Field required; tags: Input should be a valid list "
+                                    "(input: 'not a list')")
+    assert by_name["bad_library"] == ("failed", 1, None, "payload of typed.order: 1 validation error for Order: "
+                                      "qty: Input should be a valid integer, got a number with a fractional part "
+                                      "(input: -1.5)")
+    retries = db.execute("SELECT count(*) FROM skiplock.task_events WHERE task_id = ANY(%s::uuid[]) "
+                         "AND type = 'retrying'", ([ids["bad"], ids["bad_async"], ids["bad_library"]],)).fetchone()[0]
+    assert retries == 0
+
+
+def test_a_worker_without_typed_kinds_never_imports_pydantic(processes, db_url, db):
+    task_id = skiplock.enqueue(db_url, "probe.pydantic")
+    processes.spawn(db_url, tasks="tests.support.pydantic_probe")
+    task = skiplock.wait(db_url, task_id, timeout=60)
+    assert (task.state, task.result) == ("completed", {"pydantic_loaded": False})
+
+
+def test_the_api_refuses_to_start_when_a_task_module_cannot_be_imported(processes, db_url):
+    proc = processes.spawn(db_url, "--bind", f"127.0.0.1:{free_port()}", "--workers", "1", command="api",
+                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text",
+                                "SKIPLOCK_TASKS": "tests.support.no_such_tasks"})
+    code, _ = wait_exit(proc, 60)
+    lines = proc.log().strip().splitlines()
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("skiplock api: SKIPLOCK_TASKS: cannot import 'tests.support.no_such_tasks'"), lines
