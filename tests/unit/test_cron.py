@@ -1,5 +1,6 @@
 """Cron parsing and fire times, including the DST rules: a missing wall time fires once at the
-end of the gap, a repeated wall time fires once at its first occurrence."""
+end of the gap; in a repeated hour an interval-like expression (minute or hour field starting with
+'*') fires in both passes, any other expression once, at the first occurrence."""
 
 from __future__ import annotations
 
@@ -190,6 +191,81 @@ def test_expressions_are_immutable_values():
         expr.text = "other"  # type: ignore[misc]
 
 
+# ---------------------------------------------------------------- L, LW, 5L, MON#1
+
+
+def dates(text: str, count: int, start: tuple = (2026, 1, 1)) -> list[str]:
+    return [t.strftime("%Y-%m-%d %a") for t in fires(text, utc(*start), count)]
+
+
+def test_l_is_the_last_day_of_the_month():
+    assert dates("0 0 L * *", 4) == ["2026-01-31 Sat", "2026-02-28 Sat", "2026-03-31 Tue", "2026-04-30 Thu"]
+    assert dates("0 0 L 2 *", 3) == ["2026-02-28 Sat", "2027-02-28 Sun", "2028-02-29 Tue"]
+    assert dates("0 0 1,L * *", 3) == ["2026-01-31 Sat", "2026-02-01 Sun", "2026-02-28 Sat"]
+    assert dates("0 0 l * *", 1) == dates("0 0 L * *", 1)
+
+
+def test_lw_is_the_last_weekday_of_the_month():
+    # January 31 and February 28 are Saturdays, May 31 a Sunday: the Friday before fires
+    assert dates("0 0 LW * *", 5) == [
+        "2026-01-30 Fri", "2026-02-27 Fri", "2026-03-31 Tue", "2026-04-30 Thu", "2026-05-29 Fri"
+    ]
+
+
+def test_day_of_week_l_is_the_last_such_day_of_the_month():
+    assert dates("0 0 * * 5L", 3) == ["2026-01-30 Fri", "2026-02-27 Fri", "2026-03-27 Fri"]
+    assert dates("0 0 * * FRIL", 3) == dates("0 0 * * 5L", 3)
+    assert dates("0 0 * * 7L", 2) == dates("0 0 * * 0L", 2) == ["2026-01-25 Sun", "2026-02-22 Sun"]
+
+
+def test_hash_is_the_nth_such_day_of_the_month():
+    assert dates("0 0 * * MON#1", 3) == ["2026-01-05 Mon", "2026-02-02 Mon", "2026-03-02 Mon"]
+    assert dates("0 0 * * 1#1", 3) == dates("0 0 * * mon#1", 3) == dates("0 0 * * MON#1", 3)
+    assert dates("0 0 * * SUN#2", 2) == dates("0 0 * * 7#2", 2) == ["2026-01-11 Sun", "2026-02-08 Sun"]
+    assert dates("0 0 * * MON#1,FRIL", 4) == ["2026-01-05 Mon", "2026-01-30 Fri", "2026-02-02 Mon", "2026-02-27 Fri"]
+    assert dates("0 0 * 2 MON#5", 2) == ["2044-02-29 Mon", "2072-02-29 Mon"]  # a leap day on a Monday
+
+
+def test_the_vixie_rule_holds_for_the_new_syntax():
+    # both day fields restricted: either matches (the last day, or the first Monday)
+    assert dates("0 0 L * MON#1", 4) == ["2026-01-05 Mon", "2026-01-31 Sat", "2026-02-02 Mon", "2026-02-28 Sat"]
+    # a day field starting with '*' makes both required: last Fridays on odd days
+    assert dates("0 0 */2 * 5L", 3) == ["2026-02-27 Fri", "2026-03-27 Fri", "2026-05-29 Fri"]
+    assert CronExpression.parse("0 0 L * 5L").day_fields_are_alternatives
+    assert not CronExpression.parse("0 0 * * 5L").day_fields_are_alternatives
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("L * * * *", "cron 'L * * * *': minute 'L' is not a number (L and # belong in day-of-month and day-of-week)"),
+        ("0 5L * * *", "cron '0 5L * * *': hour '5L' is not a number (L and # belong"),
+        ("0 0 1 L *", "cron '0 0 1 L *': month 'L' is not a number or a name JAN-DEC (L and # belong"),
+        ("0 0 * * MON#6", "cron '0 0 * * MON#6': day-of-week 'MON#6': the week after # must be 1-5"),
+        ("0 0 * * 1#0", "cron '0 0 * * 1#0': day-of-week '1#0': the week after # must be 1-5"),
+        ("0 0 * * MON#", "cron '0 0 * * MON#': day-of-week 'MON#': the week after # must be 1-5"),
+        ("0 0 * * #2", "cron '0 0 * * #2': day-of-week '#2' needs a day first, like 5L or MON#1"),
+        ("0 0 * * L", "cron '0 0 * * L': day-of-week 'L' needs a day first, like 5L or MON#1"),
+        ("0 0 * * 1-5L", "cron '0 0 * * 1-5L': day-of-week '1-5L': L and # follow one day, like 5L or MON#1"),
+        ("0 0 * * */2#1", "cron '0 0 * * */2#1': day-of-week '*/2#1': L and # follow one day"),
+        ("0 0 * * 32L", "cron '0 0 * * 32L': day-of-week 32 out of range 0-7"),
+        ("0 0 * * FUNL", "cron '0 0 * * FUNL': day-of-week 'FUN' is not a number or a name SUN-SAT"),
+        ("0 0 32L * *", "cron '0 0 32L * *': day-of-month '32L' is not a number, L (last day) or LW (last weekday)"),
+        ("0 0 5L * *", "cron '0 0 5L * *': day-of-month '5L' is not a number, L (last day)"),
+        ("0 0 L-2 * *", "cron '0 0 L-2 * *': day-of-month 'L-2' is not a number, L (last day)"),
+        ("0 0 15W * *", "cron '0 0 15W * *': day-of-month '15W' is not a number, L (last day)"),
+        ("0 0 L/2 * *", "cron '0 0 L/2 * *': day-of-month 'L/2' is not a number, L (last day)"),
+        ("0 0 L,,1 * *", "cron '0 0 L,,1 * *': day-of-month 'L,,1' has an empty list item"),
+        ("0 0 */8 * MON#5", "cron '0 0 */8 * MON#5': never fires (no date has day-of-month */8"),
+    ],
+)
+def test_bad_day_syntax_names_the_field(text, message):
+    with pytest.raises(InvalidInput) as caught:
+        CronExpression.parse(text)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
 # ---------------------------------------------------------------- next_after in UTC
 
 
@@ -315,25 +391,121 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence():
     assert fires("30 2 * * *", utc(2026, 10, 25, 0, 30), 1, BERLIN) == [utc(2026, 10, 26, 1, 30)]
 
 
-def test_hourly_fires_once_for_the_repeated_hour():
+def test_named_hours_fire_once_in_the_repeated_hour():
+    # a range of hours names wall times: it is not interval-like (it does not start with '*')
+    assert fires("0 1-3 * * *", utc(2026, 10, 24, 22, 30), 4, BERLIN) == [
+        utc(2026, 10, 24, 23, 0),  # 01:00 CEST
+        utc(2026, 10, 25, 0, 0),  # 02:00 CEST, not again at 02:00 CET
+        utc(2026, 10, 25, 2, 0),  # 03:00 CET
+        utc(2026, 10, 26, 0, 0),  # 01:00 CET the next day
+    ]
+
+
+def test_hourly_fires_in_both_passes_of_the_repeated_hour():
     assert fires("0 * * * *", utc(2026, 10, 24, 22, 30), 4, BERLIN) == [
         utc(2026, 10, 24, 23, 0),  # 01:00 CEST
         utc(2026, 10, 25, 0, 0),  # 02:00 CEST
-        utc(2026, 10, 25, 2, 0),  # 03:00 CET; 02:00 CET is the same wall time again
-        utc(2026, 10, 25, 3, 0),
+        utc(2026, 10, 25, 1, 0),  # 02:00 CET
+        utc(2026, 10, 25, 2, 0),  # 03:00 CET
     ]
 
 
-def test_search_from_the_second_pass_does_not_refire_the_repeated_wall_times():
+def test_search_from_the_second_pass_does_not_refire_named_wall_times():
     # 01:10 UTC is 02:10 CET; 02:15, 02:30 and 02:45 already fired in the first pass
-    assert fires("*/15 * * * *", utc(2026, 10, 25, 1, 10), 2, BERLIN) == [
-        utc(2026, 10, 25, 2, 0), utc(2026, 10, 25, 2, 15)
+    assert fires("0,15,30,45 2 * * *", utc(2026, 10, 25, 1, 10), 2, BERLIN) == [
+        utc(2026, 10, 26, 1, 0), utc(2026, 10, 26, 1, 15)
     ]
 
 
-def test_search_from_the_first_pass_fires_the_rest_of_it():
-    assert fires("*/15 * * * *", utc(2026, 10, 25, 0, 10), 4, BERLIN) == [
-        utc(2026, 10, 25, 0, 15), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 0, 45), utc(2026, 10, 25, 2, 0)
+def test_search_from_the_second_pass_fires_the_rest_of_it():
+    assert fires("*/15 * * * *", utc(2026, 10, 25, 1, 10), 4, BERLIN) == [
+        utc(2026, 10, 25, 1, 15), utc(2026, 10, 25, 1, 30), utc(2026, 10, 25, 1, 45), utc(2026, 10, 25, 2, 0)
+    ]
+
+
+def test_search_from_the_first_pass_fires_the_rest_of_it_then_the_second_pass():
+    assert fires("*/15 * * * *", utc(2026, 10, 25, 0, 10), 5, BERLIN) == [
+        utc(2026, 10, 25, 0, 15), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 0, 45),  # 02:15-02:45 CEST
+        utc(2026, 10, 25, 1, 0), utc(2026, 10, 25, 1, 15),  # 02:00, 02:15 CET
+    ]
+    # from inside the first pass, a wall time already passed (02:05 CEST) comes round again
+    assert fires("5 * * * *", utc(2026, 10, 25, 0, 10), 2, BERLIN) == [
+        utc(2026, 10, 25, 1, 5), utc(2026, 10, 25, 2, 5)  # 02:05 CET, 03:05 CET
+    ]
+
+
+def test_a_half_hour_fall_back_repeats_half_an_hour():
+    # Lord Howe Island: 2026-04-05 02:00 (+11) -> 01:30 (+10:30), 01:30-01:59 twice
+    lord_howe = zoneinfo.ZoneInfo("Australia/Lord_Howe")
+    assert fires("*/20 * * * *", utc(2026, 4, 4, 14, 30), 4, lord_howe) == [
+        utc(2026, 4, 4, 14, 40),  # 01:40 +11
+        utc(2026, 4, 4, 15, 10),  # 01:40 +10:30
+        utc(2026, 4, 4, 15, 30),  # 02:00 +10:30
+        utc(2026, 4, 4, 15, 50),  # 02:20 +10:30
+    ]
+    assert fires("40 1 * * *", utc(2026, 4, 4, 14, 30), 2, lord_howe) == [
+        utc(2026, 4, 4, 14, 40), utc(2026, 4, 5, 15, 10)  # 01:40 +11 once, then 01:40 +10:30 the next day
+    ]
+
+
+# ---------------------------------------------------- the fall-back and spring-forward nights, listed
+
+
+def night(text: str, day: dt.date, tz: zoneinfo.ZoneInfo = BERLIN) -> list[dt.datetime]:
+    """Every fire from local midnight (included) to 04:00 local (excluded) on `day`."""
+    expr = CronExpression.parse(text)
+    after = dt.datetime.combine(day, dt.time(0, 0), tzinfo=tz) - dt.timedelta(microseconds=1)
+    end = dt.datetime.combine(day, dt.time(4, 0), tzinfo=tz)
+    result = []
+    while (after := expr.next_after(after, tz)) < end:
+        result.append(after)
+    return result
+
+
+def gaps(instants: list[dt.datetime]) -> set[dt.timedelta]:
+    return {b - a for a, b in zip(instants, instants[1:])}
+
+
+FALL_BACK = dt.date(2026, 10, 25)  # Berlin: 03:00 CEST -> 02:00 CET, 02:00-02:59 twice
+SPRING_FORWARD = dt.date(2026, 3, 29)  # Berlin: 02:00 CET -> 03:00 CEST, 02:00-02:59 missing
+
+
+def test_a_quarter_hourly_schedule_fires_through_both_passes_of_the_repeated_hour():
+    fire_times = night("*/15 * * * *", FALL_BACK)
+    # 00:00 CEST (22:00 UTC) to 03:45 CET (02:45 UTC): five real hours, 20 quarters
+    assert len(fire_times) == 20
+    assert gaps(fire_times) == {dt.timedelta(minutes=15)}
+    assert [t for t in fire_times if t.astimezone(BERLIN).hour == 2] == [
+        utc(2026, 10, 25, 0, 0), utc(2026, 10, 25, 0, 15), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 0, 45),
+        utc(2026, 10, 25, 1, 0), utc(2026, 10, 25, 1, 15), utc(2026, 10, 25, 1, 30), utc(2026, 10, 25, 1, 45),
+    ]
+
+
+def test_an_hourly_schedule_fires_at_0200_cest_and_0200_cet():
+    fire_times = night("0 * * * *", FALL_BACK)
+    assert fire_times == [
+        utc(2026, 10, 24, 22, 0),  # 00:00 CEST
+        utc(2026, 10, 24, 23, 0),  # 01:00 CEST
+        utc(2026, 10, 25, 0, 0),  # 02:00 CEST
+        utc(2026, 10, 25, 1, 0),  # 02:00 CET
+        utc(2026, 10, 25, 2, 0),  # 03:00 CET
+    ]
+    assert gaps(fire_times) == {dt.timedelta(hours=1)}
+
+
+def test_a_fixed_wall_time_fires_once_on_the_fall_back_night():
+    assert night("30 2 * * *", FALL_BACK) == [utc(2026, 10, 25, 0, 30)]  # 02:30 CEST only
+    assert night("0,30 2 * * *", FALL_BACK) == [utc(2026, 10, 25, 0, 0), utc(2026, 10, 25, 0, 30)]
+
+
+def test_the_spring_forward_night_fires_skipped_times_once_when_the_clocks_jump():
+    assert night("30 2 * * *", SPRING_FORWARD) == [utc(2026, 3, 29, 1, 0)]  # 03:00 CEST
+    quarter_hourly = night("*/15 * * * *", SPRING_FORWARD)
+    # 00:00-01:45 CET, then 02:00-02:45 (skipped) and 03:00 CEST are one fire, then 03:15-03:45 CEST
+    assert len(quarter_hourly) == 8 + 1 + 3
+    assert gaps(quarter_hourly) == {dt.timedelta(minutes=15)}
+    assert night("0 * * * *", SPRING_FORWARD) == [
+        utc(2026, 3, 28, 23, 0), utc(2026, 3, 29, 0, 0), utc(2026, 3, 29, 1, 0)  # 00:00, 01:00 CET, 03:00 CEST
     ]
 
 
