@@ -1,21 +1,19 @@
 """Typed payloads (`@task(..., payload=Model)`) with real processes: `skiplock api` with and without
 SKIPLOCK_TASKS, and a `skiplock worker` running tests/support/typed_handlers.py.
 
-This test process never imports the typed handlers: its registry stays without their kinds, so
-what it enqueues is enqueued raw, as by a process that does not know the model.
+This test process imports the models but never the typed handlers: its registry stays without
+their kinds, so what it enqueues is enqueued raw, as by a process that does not know them.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import httpx
 
 import skiplock
+from tests.acceptance.test_api_process import wait_ready
 from tests.integration.test_api import TOKEN_CONFIG, TOKENS
-from tests.support.harness import ROOT, free_port, wait_exit, wait_for
+from tests.support.harness import free_port, wait_exit, wait_for
+from tests.support.typed_models import Order
 
 SUBMITTER = {"Authorization": f"Bearer {TOKENS['submitter']}"}
 TYPED = "tests.support.typed_handlers"
@@ -26,16 +24,7 @@ def start_api(processes, db_url, **env) -> httpx.Client:
     proc = processes.spawn(db_url, "--bind", f"127.0.0.1:{port}", "--workers", "1", command="api",
                            env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, **env})
     base = f"http://127.0.0.1:{port}"
-
-    def ready():
-        if not proc.alive():
-            raise AssertionError(f"skiplock api exited early ({proc.popen.returncode}):\n{proc.log()[-3000:]}")
-        try:
-            return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, 60, message="skiplock api ready")
+    wait_ready(proc, base)
     return httpx.Client(base_url=base, headers=SUBMITTER, timeout=30)
 
 
@@ -49,14 +38,6 @@ def finals(db, ids) -> dict[str, tuple]:
     return {row[0]: row[1:] for row in rows}
 
 
-def order_schema() -> dict:
-    """The model's JSON Schema, from a fresh interpreter (this one keeps the typed kinds out)."""
-    done = subprocess.run([sys.executable, "-c", f"import json; from {TYPED} import Order; "
-                           "print(json.dumps(Order.model_json_schema()))"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(done.stdout)
-
-
 def test_typed_kinds_through_the_api_and_a_worker(processes, db_url, db):
     typed_api = start_api(processes, db_url, SKIPLOCK_TASKS=TYPED)
     raw_api = start_api(processes, db_url)
@@ -64,7 +45,7 @@ def test_typed_kinds_through_the_api_and_a_worker(processes, db_url, db):
     # the schema endpoint: the API that imported the kinds lists them with their model's schema
     listed = typed_api.get("/v1/kinds")
     assert listed.status_code == 200, listed.text
-    schema = order_schema()
+    schema = Order.model_json_schema()
     assert listed.json() == {"kinds": [
         {"kind": "typed.order", "queue": "default", "max_attempts": 5, "payload_schema": schema},
         {"kind": "typed.order_async", "queue": "default", "max_attempts": 5, "payload_schema": schema}]}

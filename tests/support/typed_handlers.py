@@ -6,21 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from pydantic import BaseModel, Field
-
 from skiplock import task
-
-
-class Address(BaseModel):
-    city: str
-    zip: str = Field(pattern=r"^[0-9]{5}$")
-
-
-class Order(BaseModel):
-    order_id: int
-    qty: int = 1
-    address: Address | None = None
-    tags: list[str] = []
+from tests.support.typed_models import Order
 
 
 def received(order) -> dict:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, field_serializer
 
 from skiplock import Fail, task
 from skiplock.engine.errors import InvalidInput
@@ -20,18 +20,7 @@ from skiplock.engine.payload_types import (ERRORS_SHOWN, TypedTaskDef, describe,
                                            payload_for_enqueue, payload_model)
 from skiplock.engine.registry import REGISTRY, Registry
 from tests.support.harness import ROOT
-
-
-class Address(BaseModel):
-    city: str
-    zip: str = Field(pattern=r"^[0-9]{5}$")
-
-
-class Order(BaseModel):
-    order_id: int
-    qty: int = 1
-    address: Address | None = None
-    tags: list[str] = []
+from tests.support.typed_models import Address, Order
 
 
 class Everything(BaseModel):
