@@ -2,7 +2,7 @@
 
 The public API is this module's names only:
 
-    from skiplock import task, enqueue, enqueue_many, wait, Step, Retry, Fail
+    from skiplock import task, enqueue, enqueue_many, enqueue_async, enqueue_many_async, wait, Step, Retry, Fail
 
 Everything else (engine, worker, ...) is internal and may change.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .engine.registry import task
 from .engine.model import Fail, Retry, Step
-from .enqueueing import enqueue, enqueue_many, migrate
+from .enqueueing import enqueue, enqueue_async, enqueue_many, enqueue_many_async, migrate
 from .waiting import wait
 
-__all__ = ["task", "enqueue", "enqueue_many", "wait", "migrate", "Step", "Retry", "Fail"]
+__all__ = ["task", "enqueue", "enqueue_many", "enqueue_async", "enqueue_many_async", "wait", "migrate", "Step", "Retry", "Fail"]
 __version__ = "0.1.0"

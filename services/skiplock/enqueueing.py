@@ -1,8 +1,10 @@
-"""`skiplock.enqueue` and `skiplock.enqueue_many`: put tasks in the queue from application code.
+"""`skiplock.enqueue` and `skiplock.enqueue_many`, and their asyncio twins `enqueue_async` and
+`enqueue_many_async`: put tasks in the queue from application code.
 
-Given a psycopg connection, the tasks are written inside the caller's current transaction (they
-exist, and wake workers, only if it commits). Given a URL, a short connection is opened and the
-tasks are committed before returning.
+Given a psycopg connection (Connection, or AsyncConnection for the async calls), the tasks are
+written inside the caller's current transaction (they exist, and wake workers, only if it
+commits). Given a URL, a short connection is opened and the tasks are committed before
+returning. Both kinds run the same statements (engine/store/task_inserts.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .engine import store as store_mod
 from .engine.errors import ConfigError, ConnectionLost, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader, check_pooler
 from .engine.model import TaskSpec
-from .engine.store import Connection
+from .engine.store import AsyncConnection, Connection
 
 
 
@@ -45,59 +47,50 @@ def _pooler() -> str:
     return check_pooler(EnvReader(os.environ).text("DATABASE_POOLER").lower())
 
 
-# Enqueue relies on migration 0007: since it, the database writes a task's 'queued' event and
-# wakes the workers (the tasks_inserted trigger). Into a schema without it, a task would be stored
-# with neither, so enqueue refuses instead. Checked once per database and schema in a process
-# (migrations only go forward), in pg_catalog, which every role may read.
-_REQUIRED = ("0007", "tasks_inserted")
-_schema_ok: set[tuple] = set()
-_schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> schemas (quicker)
-
-
-def _require_schema(conn: Connection, schema: str) -> None:
-    if schema in _schema_ok_on.get(conn, ()):
-        return
-    info = conn.info
-    key = (info.host, info.port, info.dbname, schema)
-    if key in _schema_ok:
-        _schema_ok_on.setdefault(conn, set()).add(schema)
-        return
-    tasks, trigger = conn.execute(
-        "SELECT to_regclass(%(tasks)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_trigger "
-        "WHERE tgrelid = to_regclass(%(tasks)s) AND tgname = %(trigger)s)",
-        {"tasks": f"{schema}.tasks", "trigger": _REQUIRED[1]}).fetchone()
-    if not tasks:
-        raise MigrationError(f"the skiplock schema is missing (no table {schema}.tasks): run `skiplock migrate`")
-    if not trigger:
-        raise MigrationError(f"database schema {schema!r} lacks migration {_REQUIRED[0]}, which this version of "
-                             "skiplock enqueues into: run `skiplock migrate`, then upgrade the enqueuers")
-    _schema_ok.add(key)
-    _schema_ok_on.setdefault(conn, set()).add(schema)
-
-
-def _insert(conn_or_url, schema: str | None, write) -> list[uuid.UUID]:
-    """write(conn, schema) on the caller's connection, or on a short one of our own, committed."""
+def _insert(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[uuid.UUID]:
+    """`write` on the caller's connection, or on a short one of our own, committed."""
     schema = _schema(schema)
     if isinstance(conn_or_url, Connection):
-        with store_mod.translated_errors():
-            _require_schema(conn_or_url, schema)
-        return write(conn_or_url, schema)
+        return store_mod.tasks_write(conn_or_url, write, schema)
+    if isinstance(conn_or_url, AsyncConnection):
+        raise InvalidInput("enqueue got a psycopg AsyncConnection: use `await skiplock.enqueue_async(...)`")
     if not isinstance(conn_or_url, str):
         raise InvalidInput("enqueue needs a psycopg Connection or a postgresql:// URL")
     with store_mod.connect(conn_or_url, autocommit=False, pooler=_pooler()) as conn:
-        with store_mod.translated_errors():
-            _require_schema(conn, schema)
-        ids = write(conn, schema)
+        ids = store_mod.tasks_write(conn, write, schema)
         try:
             with store_mod.translated_errors(conn):
                 conn.commit()
         except ConnectionLost as exc:
-            # COMMIT was sent and no answer came: Postgres may have applied it or not
-            raise ConnectionLost(
-                "the connection was lost while committing, so the tasks may or may not be stored: enqueue "
-                "again with the same idempotency key (a stored task's key returns its id; a missing one is "
-                f"stored); without a key, look before enqueueing again ({' '.join(str(exc).split())})") from exc
+            raise _commit_lost(exc) from exc
     return ids
+
+
+async def _insert_async(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[uuid.UUID]:
+    """_insert, for asyncio: the same statements on an AsyncConnection."""
+    schema = _schema(schema)
+    if isinstance(conn_or_url, AsyncConnection):
+        return await store_mod.tasks_write_async(conn_or_url, write, schema)
+    if isinstance(conn_or_url, Connection):
+        raise InvalidInput("enqueue_async got a psycopg Connection: use `skiplock.enqueue(...)`, or an AsyncConnection")
+    if not isinstance(conn_or_url, str):
+        raise InvalidInput("enqueue_async needs a psycopg AsyncConnection or a postgresql:// URL")
+    async with await store_mod.connect_async(conn_or_url, autocommit=False, pooler=_pooler()) as conn:
+        ids = await store_mod.tasks_write_async(conn, write, schema)
+        try:
+            with store_mod.translated_errors(conn):
+                await conn.commit()
+        except ConnectionLost as exc:
+            raise _commit_lost(exc) from exc
+    return ids
+
+
+def _commit_lost(exc: ConnectionLost) -> ConnectionLost:
+    # COMMIT was sent and no answer came: Postgres may have applied it or not
+    return ConnectionLost(
+        "the connection was lost while committing, so the tasks may or may not be stored: enqueue "
+        "again with the same idempotency key (a stored task's key returns its id; a missing one is "
+        f"stored); without a key, look before enqueueing again ({' '.join(str(exc).split())})")
 
 
 def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
@@ -115,11 +108,14 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
     A parent already final counts at once. on_parent_failure: 'cancel' (a failed or cancelled
     parent cancels this task) or 'run' (it runs once every parent is final, whatever they ended).
     """
-    spec = TaskSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                    idempotency_key=idempotency_key, max_attempts=max_attempts,
-                    max_payload_bytes=_max_payload(), concurrency_key=concurrency_key,
-                    depends_on=depends_on, on_parent_failure=on_parent_failure)
-    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, [spec], schema))[0]
+    return _insert(conn_or_url, schema, _one(
+        kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+        idempotency_key=idempotency_key, max_attempts=max_attempts, concurrency_key=concurrency_key,
+        depends_on=depends_on, on_parent_failure=on_parent_failure))[0]
+
+
+def _one(kind: str, payload: Any, **fields) -> store_mod.TaskWrite:
+    return store_mod.TaskWrite(specs=[TaskSpec(kind, payload, max_payload_bytes=_max_payload(), **fields)])
 
 
 def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[Any], *,
@@ -133,6 +129,47 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
     Workers get one notification per queue, not one per task. `concurrency_key` applies to
     every task; `concurrency_keys` gives one per payload (None: `concurrency_key`). `depends_on`
     and `on_parent_failure` apply to every task (see enqueue)."""
+    write = _many(kind, payloads, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                  idempotency_keys=idempotency_keys, max_attempts=max_attempts, concurrency_key=concurrency_key,
+                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure)
+    return _insert(conn_or_url, schema, write) if write.template or write.specs else []
+
+
+async def enqueue_async(conn_or_url: AsyncConnection | str, kind: str, payload: Any = None, *,
+                        queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                        delay: float | None = None, idempotency_key: str | None = None,
+                        max_attempts: int | None = None, concurrency_key: str | None = None,
+                        depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
+                        schema: str | None = None) -> uuid.UUID:
+    """enqueue() for asyncio: the same arguments, statements, errors and idempotency, on a
+    psycopg AsyncConnection (inside its current transaction) or a URL (committed before it
+    returns)."""
+    return (await _insert_async(conn_or_url, schema, _one(
+        kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+        idempotency_key=idempotency_key, max_attempts=max_attempts, concurrency_key=concurrency_key,
+        depends_on=depends_on, on_parent_failure=on_parent_failure)))[0]
+
+
+async def enqueue_many_async(conn_or_url: AsyncConnection | str, kind: str, payloads: Iterable[Any], *,
+                             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                             delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
+                             max_attempts: int | None = None, concurrency_key: str | None = None,
+                             concurrency_keys: Iterable[str | None] | None = None,
+                             depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
+                             schema: str | None = None) -> list[uuid.UUID]:
+    """enqueue_many() for asyncio (see enqueue_async); with an open transaction, the COPY of a
+    large batch runs in a savepoint, as the sync call's does."""
+    write = _many(kind, payloads, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                  idempotency_keys=idempotency_keys, max_attempts=max_attempts, concurrency_key=concurrency_key,
+                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure)
+    return await _insert_async(conn_or_url, schema, write) if write.template or write.specs else []
+
+
+def _many(kind: str, payloads: Iterable[Any], *, queue: str, priority: int, run_at: dt.datetime | None,
+          delay: float | None, idempotency_keys: Iterable[str | None] | None, max_attempts: int | None,
+          concurrency_key: str | None, concurrency_keys: Iterable[str | None] | None,
+          depends_on: Iterable[uuid.UUID | str] | None, on_parent_failure: str) -> store_mod.TaskWrite:
+    """enqueue_many's tasks, validated: the COPY path's template and payloads, or specs."""
     payloads = list(payloads)
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if keys is not None and len(keys) != len(payloads):
@@ -141,7 +178,7 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
     if groups is not None and len(groups) != len(payloads):
         raise InvalidInput("concurrency_keys must have one entry per payload")
     if not payloads:
-        return []
+        return store_mod.TaskWrite()
     if keys is not None and all(k is None for k in keys):
         keys = None
     if groups is not None and all(g is None for g in groups):
@@ -153,7 +190,7 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
     if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None
             and groups is None and not first.depends_on):
         # the common case, streamed: each payload is checked as it is written
-        return _insert(conn_or_url, schema, lambda conn, schema: store_mod.copy_many(conn, first, payloads, schema))
+        return store_mod.TaskWrite(template=first, payloads=payloads)
     # a None in concurrency_keys is concurrency_key: the first spec's, as validated
     base = first
     if groups is not None:
@@ -161,7 +198,7 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
     rest = zip(payloads[1:], keys[1:] if keys else itertools.repeat(None),
                groups[1:] if groups else itertools.repeat(None))
     specs = [first] + [base.with_payload(p, k, g) for p, k, g in rest]
-    return _insert(conn_or_url, schema, lambda conn, schema: store_mod.task_insert(conn, specs, schema))
+    return store_mod.TaskWrite(specs=specs)
 
 
 def migrate(url: str, schema: str | None = None) -> list[str]:

@@ -10,7 +10,7 @@ from .engine import store as store_mod
 from .engine.errors import InvalidInput
 from .engine.model import Task
 from .engine.store.finished import wait_finished
-from .enqueueing import _pooler, _require_schema, _schema
+from .enqueueing import _pooler, _schema
 
 # the fallback read while no notification came
 POLL_SECONDS = 1.0
@@ -40,6 +40,5 @@ def wait(conn_or_url: store_mod.Connection | str, task_id: uuid.UUID | str, time
 
 
 def _wait(conn, schema: str, task_id: uuid.UUID, timeout: float) -> Task:
-    with store_mod.translated_errors(conn):
-        _require_schema(conn, schema)
+    store_mod.schema_check(conn, schema)
     return wait_finished(conn, schema, task_id, timeout, POLL_SECONDS)

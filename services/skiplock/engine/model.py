@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from .errors import InvalidInput, PayloadTooLarge
 from .settings import check_name
+from .tracing import current_carrier
 
 WAITING, QUEUED, RUNNING, CANCELLING = "waiting", "queued", "running", "cancelling"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
@@ -145,6 +146,7 @@ class ClaimedTask(NamedTuple):
     cursor: Any
     waited_seconds: float
     limited: bool = False  # claimed under a limit (task_claim_limited): its outcome frees room
+    trace_context: Any = None  # the enqueuer's W3C trace context (engine/tracing.py), or None
 
 
 class Parent(NamedTuple):
@@ -262,7 +264,7 @@ class TaskSpec:
 
     __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
                  "idempotency_key", "payload_json", "max_payload_bytes", "concurrency_key", "depends_on",
-                 "on_parent_failure")
+                 "on_parent_failure", "trace_context")
 
     def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                  run_at: dt.datetime | None = None, delay: float | None = None,
@@ -294,6 +296,7 @@ class TaskSpec:
         self.idempotency_key = idempotency_key
         self.payload, self.payload_json = payload, encode_payload(payload, max_payload_bytes)
         self.max_payload_bytes = max_payload_bytes
+        self.trace_context = current_carrier()
 
     def with_payload(self, payload: Any, idempotency_key: str | None = None,
                      concurrency_key: str | None = None) -> "TaskSpec":
@@ -305,7 +308,7 @@ class TaskSpec:
         spec.depends_on, spec.on_parent_failure = self.depends_on, self.on_parent_failure
         spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority
         spec.max_attempts, spec.delay, spec.run_at = self.max_attempts, self.delay, self.run_at
-        spec.max_payload_bytes = self.max_payload_bytes
+        spec.max_payload_bytes, spec.trace_context = self.max_payload_bytes, self.trace_context
         spec.idempotency_key = idempotency_key
         spec.payload, spec.payload_json = payload, encode_payload(payload, self.max_payload_bytes)
         return spec

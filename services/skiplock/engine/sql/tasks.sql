@@ -12,25 +12,30 @@
 -- The tasks_inserted trigger (migration 0007) writes each new task's 'queued' event and wakes
 -- the workers (on commit, one notification per queue however many rows).
 INSERT INTO skiplock.tasks
-    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key)
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     trace_context)
 SELECT id, kind, queue, priority, payload, max_attempts,
-       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key
+       coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key,
+       trace_context
 FROM unnest(
     %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
     %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
-    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[]
-) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key)
+    %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[],
+    %(trace_contexts)s::jsonb[]
+) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key,
+       trace_context)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: task_insert_one
 -- task_insert for one task, with plain parameters.
 INSERT INTO skiplock.tasks
-    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key)
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     trace_context)
 VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, %(priority)s::smallint, %(payload)s::jsonb,
         %(max_attempts)s::integer,
         coalesce(%(run_at)s::timestamptz, now() + coalesce(%(delay)s::float8, 0) * interval '1 second'),
-        %(idempotency_key)s::text, 1, %(concurrency_key)s::text)
+        %(idempotency_key)s::text, 1, %(concurrency_key)s::text, %(trace_context)s::jsonb)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -39,7 +44,8 @@ RETURNING id;
 -- and updated_at their clock_timestamp() one, which makes Postgres insert row by row, the faster
 -- way for this table (migration 0009); the tasks_inserted trigger writes their events and wakes
 -- the workers.
-COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq, concurrency_key) FROM STDIN;
+COPY skiplock.tasks (id, kind, queue, priority, payload, max_attempts, event_seq, concurrency_key, trace_context)
+FROM STDIN;
 
 -- name: task_parents_watch
 -- The parents of tasks enqueued with depends_on, locked in id order (two enqueues of shared
@@ -64,19 +70,19 @@ WHERE (SELECT count(pg_notify(%(channel)s, queue))
 -- caller from task_parents_watch's states.
 INSERT INTO skiplock.tasks
     (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
-     state, waiting_on, failed_parents, on_parent_failure, cancelled_by_parent, finished_at, last_error)
+     trace_context, state, waiting_on, failed_parents, on_parent_failure, cancelled_by_parent, finished_at, last_error)
 SELECT id, kind, queue, priority, payload, max_attempts,
        coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key,
-       state, waiting_on, failed_parents, on_parent_failure, state = 'cancelled',
+       trace_context, state, waiting_on, failed_parents, on_parent_failure, state = 'cancelled',
        CASE WHEN state = 'cancelled' THEN now() END, last_error
 FROM unnest(
     %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
     %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
     %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[],
-    %(states)s::text[], %(waiting_on)s::integer[], %(failed_parents)s::integer[],
+    %(trace_contexts)s::jsonb[], %(states)s::text[], %(waiting_on)s::integer[], %(failed_parents)s::integer[],
     %(on_parent_failures)s::text[], %(last_errors)s::text[]
 ) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key,
-       state, waiting_on, failed_parents, on_parent_failure, last_error)
+       trace_context, state, waiting_on, failed_parents, on_parent_failure, last_error)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -205,7 +211,8 @@ state = 'running',
 
 -- name: _claim_returning
 t.id, t.kind, t.queue, t.payload, t.attempts, t.lease_token, t.cursor, t.event_seq,
-              extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds, t.concurrency_key, t.limited
+              extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds, t.concurrency_key, t.limited,
+              t.trace_context
 
 -- name: _claim_events
 INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
@@ -217,11 +224,12 @@ INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data
 -- NULL): `attempt` holds the number of tasks parked, `lease_token` 1 if a group of limited tasks
 -- may have work (task_claim_limited has something to look at).
 WITH {{_claim_ctes}}
-SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited
+SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
+       trace_context
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM parked)::integer,
-       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL, NULL, NULL;
+       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL, NULL, NULL, NULL;
 
 -- name: limit_group_lock
 -- The first statement of a claim of limited tasks, in its transaction: lock the groups to look at,
@@ -323,11 +331,12 @@ WITH visit AS MATERIALIZED (
     WHERE g.kind = r.kind AND g.concurrency_key = r.concurrency_key
     RETURNING g.kind
 )
-SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited
+SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
+       trace_context
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM visited)::integer, NULL, NULL,
-       (SELECT min((1 - r.tokens_now) / r.rate) FROM room AS r WHERE r.tokens_now < 1), NULL;
+       (SELECT min((1 - r.tokens_now) / r.rate) FROM room AS r WHERE r.tokens_now < 1), NULL, NULL;
 
 -- name: task_heartbeat
 -- Renews every claim this worker still holds in one statement. A claim missing from the result

@@ -16,18 +16,20 @@ from contextlib import contextmanager
 import psycopg
 
 from .audit import AuditStore
-from .connection import Connection, Database, connect, translated_errors, wait_unbounded
-from .copy import COPY_THRESHOLD, copy_many
+from .connection import AsyncConnection, Connection, Database, connect, connect_async, translated_errors, wait_unbounded
+from .copy import COPY_THRESHOLD
 from .limits import LimitRecord, LimitStats, LimitStore
 from .replication import ReplicationStore
 from .schedules import DueSchedule, ScheduleStore
-from .tasks import ReclaimedTask, TaskStore, task_insert
+from .task_inserts import TaskWrite, copy_many, schema_check, task_insert, tasks_write, tasks_write_async
+from .tasks import ReclaimedTask, TaskStore
 from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
 from .workers import WorkerRecord, WorkerStore
 
 __all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "LimitRecord", "LimitStats",
            "ReclaimedTask", "Store",
-           "WebhookEndpoint", "WorkerRecord", "connect", "copy_many", "task_insert", "translated_errors", "wait_unbounded"]
+           "WebhookEndpoint", "WorkerRecord", "TaskWrite", "connect", "connect_async", "copy_many", "schema_check", "task_insert", "tasks_write", "tasks_write_async",
+           "translated_errors", "wait_unbounded"]
 
 
 class Store:

@@ -54,6 +54,15 @@ def connect(url: str, *, autocommit: bool = True, pooler: str = "none", **kwargs
         raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
 
 
+async def connect_async(url: str, *, autocommit: bool = True, pooler: str = "none") -> psycopg.AsyncConnection:
+    """connect(), for asyncio (a one-off enqueue_async)."""
+    try:
+        return await psycopg.AsyncConnection.connect(url, autocommit=autocommit, connect_timeout=10, **KEEPALIVES,
+                                                     **pooler_options(pooler))
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}".strip()) from exc
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -523,3 +532,4 @@ def jsonb(value: Any) -> Jsonb | None:
 # The driver's connection type, for callers that take a caller's connection (enqueue's public
 # API) without importing the driver themselves.
 Connection = psycopg.Connection
+AsyncConnection = psycopg.AsyncConnection

@@ -1,22 +1,18 @@
 """The COPY path of task inserts: plain tasks (no idempotency key, no delay) in bulk, written
 in COPY text format piece by piece while Postgres stores the previous piece.
 
-It encodes rows and runs one COPY statement; which tasks take this path is the caller's choice
-(tasks.task_insert, enqueueing.enqueue_many).
+It encodes rows; task_inserts runs the COPY statement, and which tasks take this path is its
+caller's choice (task_inserts._insert_plan, enqueueing.enqueue_many).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import psycopg
-
-from .. import queries
 from ..model import TaskSpec, encode_payload, uuid7
-from .connection import translated_errors
 
 
 # Bulk enqueues of plain tasks (no idempotency key, no delay) this large go through COPY, which
@@ -45,7 +41,9 @@ def _copy_frame(s: TaskSpec) -> tuple[str, str]:
     """A tasks row in COPY text format (the columns of task_copy_in) is id + middle + payload +
     end; this returns (middle, end), the parts taken from `s`."""
     max_attempts = _COPY_NULL if s.max_attempts is None else s.max_attempts
-    return f"\t{s.kind}\t{s.queue}\t{s.priority}\t", f"\t{max_attempts}\t1\t{_copy_field(s.concurrency_key)}\n"
+    trace = _COPY_NULL if s.trace_context is None else _copy_field(json.dumps(s.trace_context, separators=(",", ":")))
+    return (f"\t{s.kind}\t{s.queue}\t{s.priority}\t",
+            f"\t{max_attempts}\t1\t{_copy_field(s.concurrency_key)}\t{trace}\n")
 
 
 # COPY text format's escapes for a free text field (kinds and queues are names: nothing to escape)
@@ -65,56 +63,16 @@ def copy_line(task_id: str, s: TaskSpec) -> str:
     return f"{task_id}{middle}{_copy_text(s.payload_json)}{end}"
 
 
-def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[Any],
-              schema: str = "skiplock") -> list[uuid.UUID]:
-    """enqueue_many's common case: plain tasks (no idempotency key, no delay) that differ only in
-    their payloads, the other fields taken from `template` (validated once). Each piece's ids are
-    made and its payloads encoded and checked as it is written, while Postgres stores the previous
-    piece; one refused leaves nothing written."""
+def copy_pieces(template: TaskSpec, payloads: Sequence[Any], ids: list[uuid.UUID]) -> Iterator[str]:
+    """The COPY text of plain tasks that differ only in their payloads, the other fields taken
+    from `template`, piece by piece; each piece's ids are made (appended to `ids`) and its
+    payloads encoded and checked (InvalidInput, PayloadTooLarge) only when it is asked for, so
+    Postgres stores one piece while the next is encoded."""
     middle, end = _copy_frame(template)
     limit = template.max_payload_bytes
-    ids: list[uuid.UUID] = []
-
-    def encoded() -> Iterator[str]:
-        for i, j in pieces(len(payloads)):
-            piece = payloads[i:j]
-            piece_ids = uuid7.many(len(piece))
-            ids.extend(piece_ids)
-            yield "".join([f"{task_id.hex}{middle}{_copy_text(encode_payload(p, limit))}{end}"
-                           for task_id, p in zip(piece_ids, piece)])
-
-    copy_in(conn, encoded(), queries.load(schema))
-    return ids
-
-
-def copy_in(conn: psycopg.Connection, texts: Iterable[str], sql: dict[str, str]) -> None:
-    """COPY the tasks (text format, piece by piece) as one unit, in the caller's transaction if
-    it has one; the tasks_inserted trigger writes their events and wakes the workers when the
-    COPY ends. Kinds and queues are validated names (no tab, newline or backslash); payloads are
-    JSON text, whose only special character for COPY is the backslash of its escapes."""
-    with translated_errors(), _unit(conn), conn.cursor().copy(sql["task_copy_in"]) as copy:
-        for piece in texts:  # an error here (a payload refused) aborts the COPY
-            copy.write(piece.encode())
-
-
-@contextmanager
-def _unit(conn: psycopg.Connection) -> Iterator[None]:
-    """All or nothing for the one COPY statement inside: on an autocommit connection outside a
-    transaction, the statement is its own transaction (its trigger's writes included), so it
-    needs no BEGIN and COMMIT of ours; else a savepoint in the caller's transaction (begun by it
-    if need be), so that an error inside (a payload refused during the COPY) leaves the caller's
-    transaction as it was, and usable."""
-    if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        yield
-        return
-    # not conn.transaction(): on a connection idle outside a transaction, it would commit
-    conn.execute("SAVEPOINT skiplock_enqueue")
-    try:
-        yield
-    except BaseException:
-        try:
-            conn.execute("ROLLBACK TO SAVEPOINT skiplock_enqueue")
-        except psycopg.Error:
-            pass  # the connection itself is broken: the original error says why
-        raise
-    conn.execute("RELEASE SAVEPOINT skiplock_enqueue")
+    for i, j in pieces(len(payloads)):
+        piece = payloads[i:j]
+        piece_ids = uuid7.many(len(piece))
+        ids.extend(piece_ids)
+        yield "".join([f"{task_id.hex}{middle}{_copy_text(encode_payload(p, limit))}{end}"
+                       for task_id, p in zip(piece_ids, piece)])

@@ -21,7 +21,7 @@ from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim,
                      Task, TaskEvent, TaskSpec, uuid7)
 from .. import queries
 from .connection import Database, jsonb, rows_as, translated_errors
-from .copy import COPY_THRESHOLD, copy_in, copy_line, pieces
+from .task_inserts import task_insert
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
                         "kind_max_attempts", "traceback")
@@ -38,117 +38,6 @@ class ReclaimedTask(NamedTuple):
     kind: str
     attempts: int
     error: str | None
-
-
-class _RawJson(Jsonb):
-    """Already-encoded JSON text, passed through without a second dumps()."""
-
-    def __init__(self, text: str):
-        super().__init__(text, dumps=lambda text: text)
-
-
-def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock") -> list[uuid.UUID]:
-    """Insert tasks on `conn`, inside whatever transaction it is in. Returns one id per spec, in
-    order; a spec whose idempotency key is taken gets the existing task's id. The database writes
-    their 'queued' events and wakes the workers (the tasks_inserted trigger)."""
-    if not specs:
-        return []
-    sql = queries.load(schema)
-    ids = uuid7.many(len(specs))
-    if any(s.depends_on for s in specs):
-        return _insert_dependent(conn, specs, ids, sql, schema)
-    if len(specs) >= COPY_THRESHOLD and all(
-            s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
-        texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
-        copy_in(conn, ("".join(map(copy_line, texts[i:j], specs[i:j])) for i, j in pieces(len(specs))), sql)
-        return ids
-    if len(specs) == 1:  # the common single enqueue: plain parameters, no arrays to build and unnest
-        s = specs[0]
-        statement, params = sql["task_insert_one"], dict(
-            id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
-            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key,
-            concurrency_key=s.concurrency_key)
-    else:
-        statement, params = sql["task_insert"], dict(
-            ids=ids,
-            kinds=[s.kind for s in specs],
-            queues=[s.queue for s in specs],
-            priorities=[s.priority for s in specs],
-            payloads=[_RawJson(s.payload_json) for s in specs],
-            max_attempts=[s.max_attempts for s in specs],
-            delays=[s.delay for s in specs],
-            run_ats=[s.run_at for s in specs],
-            idempotency_keys=[s.idempotency_key for s in specs],
-            concurrency_keys=[s.concurrency_key for s in specs],
-        )
-    with translated_errors():
-        inserted = {row[0] for row in conn.execute(statement, params).fetchall()}
-        keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
-        orphans = []
-        if keyed:
-            # the key's owner committed before our INSERT (ON CONFLICT waited for it), so this
-            # new statement's snapshot sees it
-            keys = list({specs[i].idempotency_key for i in keyed})
-            existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
-            for i in keyed:
-                owner = existing.get(specs[i].idempotency_key)
-                if owner is None:
-                    # a duplicate key inside this very batch: the first occurrence won
-                    owner = next((ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
-                                  and ids[j] in inserted), None)
-                if owner is None:
-                    orphans.append(i)
-                else:
-                    ids[i] = owner
-        if orphans:
-            # the key's task was deleted (retention) between our INSERT and the lookup: the key is
-            # free again, so insert these once more
-            for i, task_id in zip(orphans, task_insert(conn, [specs[i] for i in orphans], schema)):
-                ids[i] = task_id
-    return ids
-
-
-def _insert_dependent(conn: psycopg.Connection, specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql,
-                      schema: str) -> list[uuid.UUID]:
-    """task_insert for tasks with parents, in a savepoint of `conn`'s transaction (a refused one
-    leaves nothing written): lock the parents (task_parents_watch: their outcomes cannot happen
-    unseen until this commits), count the ones not final and the ones failed or cancelled, insert
-    each task 'waiting', 'queued' (every parent done) or 'cancelled' (a failed parent, and
-    on_parent_failure 'cancel'), then its edges."""
-    parents = sorted({p for s in specs for p in s.depends_on})
-    with translated_errors(), conn.transaction():
-        states = dict(conn.execute(sql["task_parents_watch"], {"ids": parents, "channel": f"skiplock_{schema}"}
-                                   ).fetchall())
-        missing = [p for p in parents if p not in states]
-        if missing:
-            raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
-        columns: dict[str, list] = {k: [] for k in ("states", "waiting_on", "failed_parents", "last_errors")}
-        for s in specs:
-            waiting = [p for p in s.depends_on if states[p] not in FINISHED_STATES]
-            failed = [p for p in s.depends_on if states[p] in (FAILED, CANCELLED)]
-            if failed and s.on_parent_failure == "cancel":
-                state, error = CANCELLED, f"parent {failed[0]} ended {states[failed[0]]}"
-            else:
-                state, error = (WAITING if waiting else QUEUED), None
-            for key, value in zip(columns, (state, len(waiting), len(failed), error)):
-                columns[key].append(value)
-        inserted = [row[0] for row in conn.execute(sql["task_insert_dependent"], dict(
-            ids=ids, kinds=[s.kind for s in specs], queues=[s.queue for s in specs],
-            priorities=[s.priority for s in specs], payloads=[_RawJson(s.payload_json) for s in specs],
-            max_attempts=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
-            run_ats=[s.run_at for s in specs], idempotency_keys=[s.idempotency_key for s in specs],
-            concurrency_keys=[s.concurrency_key for s in specs],
-            on_parent_failures=[s.on_parent_failure for s in specs], **columns)).fetchall()]
-        if len(inserted) < len(specs):
-            # a taken idempotency key: the existing task stands, with the parents it has
-            keys = list({s.idempotency_key for s, i in zip(specs, ids) if i not in set(inserted)})
-            existing = dict(conn.execute(sql["task_ids_by_idempotency_key"], {"keys": keys}).fetchall())
-            ids = [i if i in set(inserted) else existing.get(s.idempotency_key, i) for s, i in zip(specs, ids)]
-        new = set(inserted)
-        edges = [(i, p) for s, i in zip(specs, ids) if i in new for p in s.depends_on]
-        conn.execute(sql["task_dependencies_insert"], {"task_ids": [e[0] for e in edges],
-                                                      "parent_ids": [e[1] for e in edges]})
-    return ids
 
 
 def settle_params(settlements: Sequence[Settlement]) -> dict:

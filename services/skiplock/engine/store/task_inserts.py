@@ -1,0 +1,317 @@
+"""New tasks: the statements that write them, for a psycopg Connection and an AsyncConnection alike.
+
+Each way of writing tasks is a *plan*: a generator that yields the database operations to run
+(`_Query`, `_Copy`, `_Idle`) and receives each one's answer. `_run` carries a plan out on a
+Connection, `_run_async` on an AsyncConnection, so `skiplock.enqueue` and
+`skiplock.enqueue_async` run the very same statements, savepoints, idempotency lookups and
+errors, and cannot drift apart. An error of an operation is thrown into the plan at its yield,
+so a plan's `try` rolls back its own savepoint.
+
+Every plan writes in the caller's transaction: inside a savepoint when the connection is in one
+(or will be: a connection that is not in autocommit opens one at the first statement), so that a
+refused batch leaves that transaction as it was; as a statement of its own on an idle autocommit
+connection.
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any, NamedTuple
+
+import psycopg
+
+from .. import queries
+from ..errors import InvalidInput, MigrationError, SkiplockError
+from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec, uuid7
+from .connection import jsonb, translated_errors
+from .copy import COPY_THRESHOLD, copy_line, copy_pieces, pieces
+
+
+class _RawJson(psycopg.types.json.Jsonb):
+    """Already-encoded JSON text, passed through without a second dumps()."""
+
+    def __init__(self, text: str):
+        super().__init__(text, dumps=lambda text: text)
+
+
+class _Query(NamedTuple):
+    """Run a statement; answers its rows ([] for a statement that returns none)."""
+    sql: str
+    params: dict | None = None
+
+
+class _Copy(NamedTuple):
+    """COPY FROM STDIN, the texts written piece by piece; answers None."""
+    sql: str
+    texts: Iterable[str]
+
+
+class _Idle(NamedTuple):
+    """Answers whether the connection is in autocommit and outside a transaction (a statement
+    there is a transaction of its own)."""
+
+
+Plan = Generator[Any, Any, Any]
+
+
+def _run(conn: psycopg.Connection, plan: Plan) -> Any:
+    outcome: tuple[Any, Exception | None] = (None, None)
+    while True:
+        try:
+            op = _next(plan, outcome)
+        except StopIteration as done:
+            return done.value
+        try:
+            with translated_errors(conn):
+                if isinstance(op, _Query):
+                    cursor = conn.execute(op.sql, op.params)
+                    outcome = (cursor.fetchall() if cursor.description else [], None)
+                elif isinstance(op, _Copy):
+                    with conn.cursor().copy(op.sql) as copy:
+                        for text in op.texts:  # an error here (a payload refused) aborts the COPY
+                            copy.write(text.encode())
+                    outcome = (None, None)
+                else:
+                    outcome = (_idle(conn), None)
+        except Exception as exc:
+            outcome = (None, exc)
+
+
+async def _run_async(conn: psycopg.AsyncConnection, plan: Plan) -> Any:
+    outcome: tuple[Any, Exception | None] = (None, None)
+    while True:
+        try:
+            op = _next(plan, outcome)
+        except StopIteration as done:
+            return done.value
+        try:
+            with translated_errors(conn):
+                if isinstance(op, _Query):
+                    cursor = await conn.execute(op.sql, op.params)
+                    outcome = (await cursor.fetchall() if cursor.description else [], None)
+                elif isinstance(op, _Copy):
+                    async with conn.cursor().copy(op.sql) as copy:
+                        for text in op.texts:
+                            await copy.write(text.encode())
+                    outcome = (None, None)
+                else:
+                    outcome = (_idle(conn), None)
+        except Exception as exc:
+            outcome = (None, exc)
+
+
+def _next(plan: Plan, outcome: tuple[Any, Exception | None]) -> Any:
+    """The plan's next operation, given the last one's (answer, error): an error is raised in
+    the plan where it yielded. StopIteration carries the plan's result."""
+    reply, error = outcome
+    return plan.send(reply) if error is None else plan.throw(error)
+
+
+def _idle(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def _unit(inner: Plan, *, one_statement: bool) -> Plan:
+    """`inner` as all or nothing in the caller's transaction: a savepoint, rolled back if it
+    fails. On an idle autocommit connection, a single statement needs nothing around it, and
+    several get a transaction of their own."""
+    if (yield _Idle()):
+        if one_statement:
+            return (yield from inner)
+        begin, keep, undo = "BEGIN", "COMMIT", "ROLLBACK"
+    else:
+        begin, keep, undo = ("SAVEPOINT skiplock_enqueue", "RELEASE SAVEPOINT skiplock_enqueue",
+                             "ROLLBACK TO SAVEPOINT skiplock_enqueue")
+    yield _Query(begin)
+    try:
+        result = yield from inner
+    except BaseException:
+        try:
+            yield _Query(undo)
+        except SkiplockError:
+            pass  # the connection itself is broken: the original error says why
+        raise
+    yield _Query(keep)
+    return result
+
+
+# -- plans
+
+def _insert_plan(specs: Sequence[TaskSpec], schema: str) -> Plan:
+    """Insert tasks, one id per spec, in order; a spec whose idempotency key is taken gets the
+    existing task's id. The database writes their 'queued' events and wakes the workers (the
+    tasks_inserted trigger)."""
+    if not specs:
+        return []
+    sql = queries.load(schema)
+    ids = uuid7.many(len(specs))
+    if any(s.depends_on for s in specs):
+        return (yield from _unit(_dependent_plan(specs, ids, sql, schema), one_statement=False))
+    if len(specs) >= COPY_THRESHOLD and all(
+            s.idempotency_key is None and s.delay is None and s.run_at is None for s in specs):
+        texts = [u.hex for u in ids]  # Postgres reads a uuid without dashes too
+        lines = ("".join(map(copy_line, texts[i:j], specs[i:j])) for i, j in pieces(len(specs)))
+        yield from _unit(_copy_once(sql, lines), one_statement=True)
+        return ids
+    if len(specs) == 1:  # the common single enqueue: plain parameters, no arrays to build and unnest
+        s = specs[0]
+        statement, params = sql["task_insert_one"], dict(
+            id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
+            max_attempts=s.max_attempts, delay=s.delay, run_at=s.run_at, idempotency_key=s.idempotency_key,
+            concurrency_key=s.concurrency_key, trace_context=jsonb(s.trace_context))
+    else:
+        statement, params = sql["task_insert"], _columns(specs, ids)
+    inserted = {row[0] for row in (yield _Query(statement, params))}
+    keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in inserted]
+    orphans = []
+    if keyed:
+        # the key's owner committed before our INSERT (ON CONFLICT waited for it), so this
+        # new statement's snapshot sees it
+        keys = list({specs[i].idempotency_key for i in keyed})
+        existing = dict((yield _Query(sql["task_ids_by_idempotency_key"], {"keys": keys})))
+        for i in keyed:
+            owner = existing.get(specs[i].idempotency_key)
+            if owner is None:
+                # a duplicate key inside this very batch: the first occurrence won
+                owner = next((ids[j] for j in range(i) if specs[j].idempotency_key == specs[i].idempotency_key
+                              and ids[j] in inserted), None)
+            if owner is None:
+                orphans.append(i)
+            else:
+                ids[i] = owner
+    if orphans:
+        # the key's task was deleted (retention) between our INSERT and the lookup: the key is
+        # free again, so insert these once more
+        for i, task_id in zip(orphans, (yield from _insert_plan([specs[i] for i in orphans], schema))):
+            ids[i] = task_id
+    return ids
+
+
+def _columns(specs: Sequence[TaskSpec], ids: list[uuid.UUID]) -> dict:
+    """The parallel arrays of task_insert and task_insert_dependent."""
+    return dict(
+        ids=ids, kinds=[s.kind for s in specs], queues=[s.queue for s in specs],
+        priorities=[s.priority for s in specs], payloads=[_RawJson(s.payload_json) for s in specs],
+        max_attempts=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
+        run_ats=[s.run_at for s in specs], idempotency_keys=[s.idempotency_key for s in specs],
+        concurrency_keys=[s.concurrency_key for s in specs],
+        trace_contexts=[jsonb(s.trace_context) for s in specs])
+
+
+def _dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: dict[str, str], schema: str) -> Plan:
+    """Tasks with parents: lock the parents (task_parents_watch: their outcomes cannot happen
+    unseen until this commits), count the ones not final and the ones failed or cancelled, insert
+    each task 'waiting', 'queued' (every parent done) or 'cancelled' (a failed parent, and
+    on_parent_failure 'cancel'), then its edges."""
+    parents = sorted({p for s in specs for p in s.depends_on})
+    states = dict((yield _Query(sql["task_parents_watch"], {"ids": parents, "channel": f"skiplock_{schema}"})))
+    missing = [p for p in parents if p not in states]
+    if missing:
+        raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
+    columns: dict[str, list] = {k: [] for k in ("states", "waiting_on", "failed_parents", "last_errors")}
+    for s in specs:
+        waiting = [p for p in s.depends_on if states[p] not in FINISHED_STATES]
+        failed = [p for p in s.depends_on if states[p] in (FAILED, CANCELLED)]
+        if failed and s.on_parent_failure == "cancel":
+            state, error = CANCELLED, f"parent {failed[0]} ended {states[failed[0]]}"
+        else:
+            state, error = (WAITING if waiting else QUEUED), None
+        for key, value in zip(columns, (state, len(waiting), len(failed), error)):
+            columns[key].append(value)
+    inserted = [row[0] for row in (yield _Query(sql["task_insert_dependent"], dict(
+        _columns(specs, ids), on_parent_failures=[s.on_parent_failure for s in specs], **columns)))]
+    new = set(inserted)
+    if len(inserted) < len(specs):
+        # a taken idempotency key: the existing task stands, with the parents it has
+        keys = list({s.idempotency_key for s, i in zip(specs, ids) if i not in new})
+        existing = dict((yield _Query(sql["task_ids_by_idempotency_key"], {"keys": keys})))
+        ids = [i if i in new else existing.get(s.idempotency_key, i) for s, i in zip(specs, ids)]
+    edges = [(i, p) for s, i in zip(specs, ids) if i in new for p in s.depends_on]
+    yield _Query(sql["task_dependencies_insert"], {"task_ids": [e[0] for e in edges],
+                                                   "parent_ids": [e[1] for e in edges]})
+    return ids
+
+
+def _copy_once(sql: dict[str, str], texts: Iterable[str]) -> Plan:
+    yield _Copy(sql["task_copy_in"], texts)
+
+
+def _copy_many_plan(template: TaskSpec, payloads: Sequence[Any], schema: str) -> Plan:
+    """enqueue_many's common case: plain tasks (no idempotency key, no delay) that differ only in
+    their payloads, the other fields taken from `template` (validated once). Each piece's ids are
+    made and its payloads encoded and checked as it is written, while Postgres stores the previous
+    piece; one refused leaves nothing written."""
+    ids: list[uuid.UUID] = []
+    yield from _unit(_copy_once(queries.load(schema), copy_pieces(template, payloads, ids)), one_statement=True)
+    return ids
+
+
+# Enqueue relies on migration 0007: since it, the database writes a task's 'queued' event and
+# wakes the workers (the tasks_inserted trigger). Into a schema without it, a task would be stored
+# with neither, so enqueue refuses instead. Checked once per database and schema in a process
+# (migrations only go forward), in pg_catalog, which every role may read.
+_REQUIRED = ("0007", "tasks_inserted")
+_schema_ok: set[tuple] = set()
+_schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> schemas (quicker)
+
+
+def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str, write: Plan) -> Plan:
+    """`write`, after checking once that `schema` has the tasks table and its trigger."""
+    if schema not in _schema_ok_on.get(conn, ()):
+        info = conn.info
+        key = (info.host, info.port, info.dbname, schema)
+        if key not in _schema_ok:
+            [(tasks, trigger)] = yield _Query(
+                "SELECT to_regclass(%(tasks)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_trigger "
+                "WHERE tgrelid = to_regclass(%(tasks)s) AND tgname = %(trigger)s)",
+                {"tasks": f"{schema}.tasks", "trigger": _REQUIRED[1]})
+            if not tasks:
+                raise MigrationError(f"the skiplock schema is missing (no table {schema}.tasks): run `skiplock migrate`")
+            if not trigger:
+                raise MigrationError(f"database schema {schema!r} lacks migration {_REQUIRED[0]}, which this version "
+                                     "of skiplock enqueues into: run `skiplock migrate`, then upgrade the enqueuers")
+            _schema_ok.add(key)
+        _schema_ok_on.setdefault(conn, set()).add(schema)
+    return (yield from write)
+
+
+class TaskWrite(NamedTuple):
+    """What an enqueue writes: `specs`, or (COPY's common case) `template` with each of `payloads`."""
+    specs: Sequence[TaskSpec] = ()
+    template: TaskSpec | None = None
+    payloads: Sequence[Any] = ()
+
+    def plan(self, schema: str) -> Plan:
+        if self.template is not None:
+            return _copy_many_plan(self.template, self.payloads, schema)
+        return _insert_plan(self.specs, schema)
+
+
+# -- the doors
+
+def schema_check(conn: psycopg.Connection, schema: str) -> None:
+    """MigrationError unless `schema` has the tasks table and its trigger (checked once)."""
+    _run(conn, _checked_plan(conn, schema, _insert_plan((), schema)))
+
+
+def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock") -> list[uuid.UUID]:
+    """Insert tasks on `conn`, in whatever transaction it is in (see _insert_plan)."""
+    return _run(conn, _insert_plan(specs, schema))
+
+
+def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[Any],
+              schema: str = "skiplock") -> list[uuid.UUID]:
+    """Plain tasks in bulk, through COPY (see _copy_many_plan)."""
+    return _run(conn, _copy_many_plan(template, payloads, schema))
+
+
+def tasks_write(conn: psycopg.Connection, write: TaskWrite, schema: str) -> list[uuid.UUID]:
+    """skiplock.enqueue's write: `write` on the caller's connection, the schema checked first."""
+    return _run(conn, _checked_plan(conn, schema, write.plan(schema)))
+
+
+async def tasks_write_async(conn: psycopg.AsyncConnection, write: TaskWrite, schema: str) -> list[uuid.UUID]:
+    """skiplock.enqueue_async's write: the same plan as tasks_write, on an AsyncConnection."""
+    return await _run_async(conn, _checked_plan(conn, schema, write.plan(schema)))
