@@ -122,7 +122,14 @@ def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_ur
         api = running["api"]
         token = _admin_token(objs)
         assert (token != ADMIN_TOKEN) == (scenario == "default")
-        status, body = _get(api.ports["http"], "/v1/queues", token=token)
+        try:
+            status, body = _get(api.ports["http"], "/v1/queues", token=token)
+        except urllib.error.HTTPError:
+            raise
+        except OSError as exc:  # ready, yet its port does not answer: say what the process did
+            state = "running" if api.popen.poll() is None else f"exited {api.popen.returncode}"
+            raise AssertionError(f"the ready api's port {api.ports['http']} failed: {exc} ({state}):\n"
+                                 f"{api.log()[-4000:]}") from exc
         assert status == 200, body
         with pytest.raises(urllib.error.HTTPError) as wrong:
             _get(api.ports["http"], "/v1/queues", token=token + "x")
