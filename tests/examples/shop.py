@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
