@@ -17,7 +17,7 @@ from skiplock import Fail, task
 from skiplock.engine.errors import InvalidInput
 from skiplock.engine.model import TaskDef
 from skiplock.engine.payload_types import (ERRORS_SHOWN, TypedTaskDef, describe, handler_payload, json_schema,
-                                           payload_for_enqueue, payload_model)
+                                           payload_for_enqueue, payload_model, payloads_for_enqueue)
 from skiplock.engine.registry import REGISTRY, Registry
 from tests.support.harness import ROOT
 from tests.support.typed_models import Address, Order
@@ -156,6 +156,20 @@ def test_untyped_kinds_pass_payloads_through_and_dump_model_instances(kinds):
         {"order_id": 1, "qty": 1, "address": None, "tags": ["a"]}
 
 
+def test_enqueue_many_validates_each_payload_and_names_the_refused_one(kinds):
+    kinds("unit.typed", Order)
+    kinds("unit.plain")
+    assert payloads_for_enqueue("unit.typed", [{"order_id": "1"}, Order(order_id=2)]) == \
+        [{"order_id": 1, "qty": 1, "address": None, "tags": []}, {"order_id": 2, "qty": 1, "address": None, "tags": []}]
+    with pytest.raises(InvalidInput) as refused:
+        payloads_for_enqueue("unit.typed", [{"order_id": 1}, {"order_id": 2}, {"qty": 3}])
+    assert str(refused.value) == "payloads[2] of unit.typed: 1 validation error for Order: order_id: Field required"
+    plain = [{"a": 1}, None]
+    assert payloads_for_enqueue("unit.plain", plain) == plain
+    assert payloads_for_enqueue("unit.plain", [Order(order_id=5), {"a": 1}]) == \
+        [{"order_id": 5, "qty": 1, "address": None, "tags": []}, {"a": 1}]
+
+
 def test_the_handler_gets_a_model_instance_or_the_run_fails(kinds):
     kinds("unit.typed", Order)
     definition = REGISTRY.get("unit.typed")
@@ -199,6 +213,9 @@ def test_untyped_use_never_imports_pydantic():
         def plain(ctx, payload):
             return payload
 
+        from skiplock.engine.payload_types import payloads_for_enqueue
+        many = [{"b": 2}]
+        assert payloads_for_enqueue("fresh.plain", many) is many
         stored = payload_for_enqueue("fresh.plain", {"a": 1}), payload_for_enqueue("fresh.unknown", None)
         print(json.dumps({"after_import": after_import, "stored": stored, "at_end": "pydantic" in sys.modules}))
     """)

@@ -7,9 +7,10 @@ pydantic's classes, it reads them from sys.modules: if pydantic is not loaded, n
 model instance can exist in the process.
 
 A typed kind's payload is checked twice, at each end:
-  enqueue - payload_for_enqueue(): in a process that imported the kind's definition, a model
-            instance or a dict is validated and stored in its validated JSON form (defaults filled
-            in), or refused with InvalidInput, and nothing is written;
+  enqueue - payload_for_enqueue() (also the API's, per submitted task; payloads_for_enqueue()
+            for enqueue_many): in a process that imported the kind's definition, a model instance
+            or a dict is validated and stored in its validated JSON form (defaults filled in), or
+            refused with InvalidInput, and nothing is written;
   run     - handler_payload(): the worker validates the stored payload into a model instance for
             the handler. A payload that does not validate (enqueued raw, by a process that did not
             import the definition, or before the model changed) fails the task at once (Fail):
@@ -76,18 +77,34 @@ def payload_for_enqueue(kind: str, payload: Any) -> Any:
     return payload
 
 
-def _validated_json(kind: str, model: type, payload: Any) -> Any:
+def payloads_for_enqueue(kind: str, payloads: list) -> list:
+    """payload_for_enqueue for each of enqueue_many's payloads; a refusal names the payload's index
+    (`payloads[3] of <kind>: ...`). Untyped kinds cost one lookup for the whole list while
+    pydantic is not loaded: the list itself is returned."""
+    model = _MODELS.get(kind)
+    if model is not None:
+        return [_validated_json(kind, model, payload, f"payloads[{i}] of {kind}")
+                for i, payload in enumerate(payloads)]
+    pydantic = _MODULES.get("pydantic")
+    if pydantic is None:
+        return payloads
+    base = pydantic.BaseModel
+    return [payload.model_dump(mode="json") if isinstance(payload, base) else payload for payload in payloads]
+
+
+def _validated_json(kind: str, model: type, payload: Any, which: str | None = None) -> Any:
     from pydantic import ValidationError
 
+    which = which or f"payload of {kind}"
     try:
         instance = payload if isinstance(payload, model) else model.model_validate(_given(payload))
         # no serializer warning: a value the model refuses is refused just below, as an error
         dumped = instance.model_dump(mode="json", warnings=False)
         model.model_validate(dumped)
     except ValidationError as exc:
-        raise InvalidInput(f"payload of {kind}: {describe(exc)}") from None
+        raise InvalidInput(f"{which}: {describe(exc)}") from None
     except (TypeError, ValueError) as exc:  # a field pydantic cannot dump to JSON
-        raise InvalidInput(f"payload of {kind}: {type(exc).__name__}: {exc}") from None
+        raise InvalidInput(f"{which}: {type(exc).__name__}: {exc}") from None
     return dumped
 
 
