@@ -22,6 +22,7 @@ from .engine import store as store_mod
 from .engine.errors import ConfigError, ConnectionLost, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader, check_pooler
 from .engine.model import TaskSpec
+from .engine.payload_types import payload_for_enqueue, payloads_for_enqueue
 from .engine.store import AsyncConnection, Connection
 
 
@@ -115,6 +116,7 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
 
 
 def _one(kind: str, payload: Any, **fields) -> store_mod.TaskWrite:
+    payload = payload_for_enqueue(kind, payload)  # a typed kind's validated JSON form
     return store_mod.TaskWrite(specs=[TaskSpec(kind, payload, max_payload_bytes=_max_payload(), **fields)])
 
 
@@ -170,7 +172,7 @@ def _many(kind: str, payloads: Iterable[Any], *, queue: str, priority: int, run_
           concurrency_key: str | None, concurrency_keys: Iterable[str | None] | None,
           depends_on: Iterable[uuid.UUID | str] | None, on_parent_failure: str) -> store_mod.TaskWrite:
     """enqueue_many's tasks, validated: the COPY path's template and payloads, or specs."""
-    payloads = list(payloads)
+    payloads = payloads_for_enqueue(kind, list(payloads))
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if keys is not None and len(keys) != len(payloads):
         raise InvalidInput("idempotency_keys must have one entry per payload")
