@@ -16,6 +16,7 @@ from ..engine.logs import current_task
 from ..engine.model import Fail, Retry, Settlement, Step
 from ..engine.payload_types import TypedTaskDef, handler_payload
 from ..engine.retry import retry_delay
+from ..engine.tracing import task_run
 from .slots import Run
 from .tracebacks import bounded_traceback
 
@@ -37,36 +38,39 @@ class Executor:
             return settlement(run, "failed", error=f"no handler for task kind {task.kind!r} in this "
                               f"worker (SKIPLOCK_TASKS={','.join(self.task_modules) or 'unset'})")
         running = current_task.set(task)  # stamps the handler's log records (engine/logs.py)
-        try:
-            payload = task.payload
-            if isinstance(definition, TypedTaskDef):
-                payload = handler_payload(definition, payload)
-            value = definition.fn(run.ctx, payload)
-        except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-            return self._failure(run, exc)
-        finally:
-            current_task.reset(running)
-        return self._success(run, value)
+        with task_run(task) as span:  # a no-op unless a tracer provider is set (engine/tracing.py)
+            try:
+                payload = task.payload
+                if isinstance(definition, TypedTaskDef):
+                    payload = handler_payload(definition, payload)
+                value = definition.fn(run.ctx, payload)
+            except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+                return span.settled(self._failure(run, exc), exc)
+            finally:
+                current_task.reset(running)
+            return span.settled(self._success(run, value))
 
     async def run_async(self, run: Run) -> Settlement:
         """Await an async handler; past its timeout and the stuck grace, it is cancelled."""
         task, definition = run.task, run.definition
         # this coroutine is an asyncio task of its own, with its own copy of the context
         current_task.set(task)
-        try:
-            payload = task.payload
-            if isinstance(definition, TypedTaskDef):
-                payload = handler_payload(definition, payload)
-            if definition.timeout:
-                value = await asyncio.wait_for(definition.fn(run.ctx, payload),
-                                               definition.timeout + self.stuck_grace_seconds)
-            else:
-                value = await definition.fn(run.ctx, payload)
-            return self._success(run, value)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            return self._failure(run, TimeoutError(f"timed out after {definition.timeout:g}s"))
-        except BaseException as exc:  # noqa: BLE001
-            return self._failure(run, exc)
+        with task_run(task) as span:
+            try:
+                payload = task.payload
+                if isinstance(definition, TypedTaskDef):
+                    payload = handler_payload(definition, payload)
+                if definition.timeout:
+                    value = await asyncio.wait_for(definition.fn(run.ctx, payload),
+                                                   definition.timeout + self.stuck_grace_seconds)
+                else:
+                    value = await definition.fn(run.ctx, payload)
+                return span.settled(self._success(run, value))
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                timeout = TimeoutError(f"timed out after {definition.timeout:g}s")
+                return span.settled(self._failure(run, timeout), timeout)
+            except BaseException as exc:  # noqa: BLE001
+                return span.settled(self._failure(run, exc), exc)
 
     def _success(self, run: Run, value) -> Settlement:
         if value is None:  # the common case: nothing to encode or check
