@@ -466,8 +466,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("LISTEN_DATABASE_URL", None, "libpq URL of the worker's LISTEN connection, where it differs from "
              "`SKIPLOCK_DATABASE_URL` (a direct one, when that URL is a transaction pooler's)", _WORKER,
              shown="`SKIPLOCK_DATABASE_URL`", contract=True),
-    Variable("TASKS", (), "comma-separated modules that define task handlers; imported by the worker, the "
-             "current directory searched first", _WORKER, more="`--tasks` overrides it", contract=True,
+    Variable("TASKS", (), "comma-separated modules that define task handlers; imported by the worker (and "
+             "by the API, which then validates typed payloads), the current directory searched first", _WORKER, more="`--tasks` overrides it", contract=True,
              readme=True),
     Variable("QUEUES", ("default",), "queues a worker claims from", _WORKER,
              more="comma-separated; `--queues` overrides it", contract=True, readme=True),

@@ -89,7 +89,7 @@ class Worker:
         self.settings = settings
         self.config = config = WorkerConfig.from_settings(settings)
         self.store = store
-        self.registry = registry or REGISTRY
+        self.registry = REGISTRY if registry is None else registry  # an empty Registry is falsy
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
