@@ -31,6 +31,7 @@ from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.retry import failures_after
 from ..engine.settings import Settings
+from ..engine import tracing
 from ..engine.store import Delivery, Store
 from ..engine.webhooks import SECRET_PREFIX, AddressGuard, Target, redacted, sign
 
@@ -133,6 +134,12 @@ class Sender:
         self.client.close()
 
     def send(self, d: Delivery) -> Attempt:
+        # a client span when a tracer provider is set; the task's traceparent goes along either way
+        with tracing.delivery(d.trace_context, url=redacted(d.url), event_type=d.event_type,
+                              delivery_id=str(d.id), attempt=d.attempts + 1) as traced:
+            return traced.sent(self._send(d, traced.headers))
+
+    def _send(self, d: Delivery, trace_headers: dict[str, str]) -> Attempt:
         started = time.monotonic()
         try:
             target = self.guard.resolve(d.url)  # checked again at every attempt: DNS may have changed
@@ -146,7 +153,8 @@ class Sender:
             "content-type": "application/json",
             "webhook-id": message_id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(d.secret, message_id, timestamp, body),
+            "webhook-signature": sign(d.secret, message_id, timestamp, body),  # the body's: not these headers
+            **trace_headers,
         }
         deadline = started + self.total
         # httpx's timeouts bound each read, not the request: a receiver trickling a header line

@@ -68,7 +68,7 @@ RETURNING id;
 
 -- name: webhook_delivery_claim
 -- Due deliveries of enabled endpoints, and attempts whose lease expired (their dispatcher died),
--- leased with a fresh token. MATERIALIZED keeps the LIMIT honest.
+-- leased with a fresh token, with their task's trace context. MATERIALIZED keeps the LIMIT honest.
 WITH due AS MATERIALIZED (
     SELECT d.id FROM skiplock.webhook_deliveries AS d
     JOIN skiplock.webhook_endpoints AS e ON e.id = d.endpoint_id AND e.enabled
@@ -105,9 +105,12 @@ WITH due AS MATERIALIZED (
     RETURNING d.id, d.event_id, d.endpoint_id, d.event_type, d.payload, d.attempts, d.lease_token, d.created_at
 )
 SELECT l.id, l.event_id, l.endpoint_id, e.url, e.secret, l.event_type, l.payload, l.attempts,
-       l.lease_token, l.created_at
+       l.lease_token, l.created_at, t.trace_context
 FROM leased AS l
-JOIN skiplock.webhook_endpoints AS e ON e.id = l.endpoint_id;
+JOIN skiplock.webhook_endpoints AS e ON e.id = l.endpoint_id
+-- the task's trace context, sent on as `traceparent` (engine/tracing.py); retention may have
+-- deleted the task by now
+LEFT JOIN skiplock.tasks AS t ON t.id = (l.payload #>> '{data,task_id}')::uuid;
 
 -- name: webhook_delivery_settle
 -- Outcomes of attempts, many per round trip: delivered | retry | dead | released.

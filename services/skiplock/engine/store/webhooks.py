@@ -47,6 +47,7 @@ class Delivery(NamedTuple):
     attempts: int  # attempts made before this one
     lease_token: int
     created_at: dt.datetime
+    trace_context: Any = None  # the task's W3C trace context (engine/tracing.py), or None
 
 
 class DeliveryRecord(NamedTuple):
