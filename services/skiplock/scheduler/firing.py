@@ -16,6 +16,7 @@ import random
 import uuid
 from typing import NamedTuple
 
+from ..engine import tracing
 from ..engine.errors import InvalidInput, TaskNotCancellable, TaskNotFound
 from ..engine.metrics import Metrics
 from ..engine.model import TaskSpec
@@ -89,7 +90,10 @@ class Firer:
             spec = template.with_payload(schedule.payload, idempotency_key(schedule.name, fire.nominal_at))
             if schedule.jitter_seconds:
                 spec.delay = random.uniform(0, schedule.jitter_seconds)
-            [previous] = tx.tasks.task_insert([spec])
+            # each fire is a trace of its own (None unless a tracer provider is set)
+            with tracing.schedule_fire(schedule.name, schedule.queue, fire.nominal_at) as trace_context:
+                spec.trace_context = trace_context
+                [previous] = tx.tasks.task_insert([spec])
             fired.append((fire.nominal_at, previous))
             nominal_ats.append(fire.nominal_at), outcomes.append("fired")
             task_ids.append(previous), details.append(fire.detail)
