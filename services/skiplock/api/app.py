@@ -18,6 +18,7 @@ import time
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
+from ..engine import tracing
 from ..engine.errors import (DatabaseError, DatabaseUnavailable, Forbidden, InvalidInput,
                              MethodNotAllowed as MethodRefused, PayloadTooLarge, RouteNotFound, SkiplockError, TooManyRequests, Unauthorized)
 from ..engine.model import uuid7
@@ -47,6 +48,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask:
     settings = settings or Settings.from_env()
+    tracing.setup_from_environment("api")  # only when OTEL_TRACES_EXPORTER names an exporter
     # refuses to build an open API by accident: before anything is started
     auth = Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")
     url = settings.require_database_url()
@@ -63,6 +65,7 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
                                      limits=Limits(settings), replica=_replica(settings, store, pool_size, metrics))
+    app.before_request(_trace_begin)
     app.before_request(_prepare)
     app.after_request(_finish)
     app.teardown_request(_release)
@@ -92,6 +95,12 @@ def close_app(app: Flask) -> None:
     ctx.store.close()
     if ctx.replica is not None:
         ctx.replica.close()
+
+
+def _trace_begin() -> None:
+    # the caller's traceparent is the context of the request: the tasks it enqueues continue
+    # the caller's trace (engine/tracing.py); ended in _release, which runs whatever happens
+    g.trace = tracing.request_begin(request.headers, request.method)
 
 
 def _prepare() -> None:
@@ -146,12 +155,14 @@ def _finish(response: Response) -> Response:
     elapsed = time.perf_counter() - g.get("started", time.perf_counter())
     api().metrics.observe(request.method, route, response.status_code, elapsed)
     response.headers["X-Request-Id"] = g.get("request_id", "")
+    g.status = response.status_code
     return response
 
 
 def _release(_exc) -> None:
     for release in reversed(g.pop("releases", ())):
         release()
+    tracing.request_end(g.pop("trace", None), _route(), g.get("status"))
 
 
 def _skiplock_error(exc: SkiplockError) -> Response:
