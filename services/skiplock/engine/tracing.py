@@ -27,6 +27,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from contextlib import nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -39,7 +40,7 @@ SYSTEM = "skiplock"  # messaging.system
 # W3C Trace Context: version-traceid-parentid-flags, lower-case hex, no all-zero ids; version 00
 # has exactly these four fields (a later version may append more)
 _TRACEPARENT = re.compile(r"(?!ff)([0-9a-f]{2})-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(-.*)?")
-_TRACESTATE_MAX = 512
+_TRACEPARENT_MAX, _TRACESTATE_MAX = 512, 512
 
 # the caller's W3C context, while a request of an API that does not trace is served
 _incoming: ContextVar[dict[str, str] | None] = ContextVar("skiplock_incoming_trace", default=None)
@@ -101,6 +102,12 @@ def _error_type(text: str | None) -> str:
     return head if head.isidentifier() else "_OTHER"
 
 
+def _class_name(exc: BaseException) -> str:
+    """error.type of an exception: its class's full name (a builtin's plain name)."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
 # -- the worker: one span per run of a handler ----------------------------------------------------
 
 class _NoRun:
@@ -154,7 +161,7 @@ class _TracedRun:
 
         if exc is not None and not isinstance(exc, Retry):  # a Retry is a request, not an error
             span.record_exception(exc)
-        span.set_attribute("error.type", type(exc).__qualname__ if exc is not None else _error_type(settlement.error))
+        span.set_attribute("error.type", _class_name(exc) if exc is not None else _error_type(settlement.error))
         span.set_status(Status(StatusCode.ERROR, (settlement.error or outcome)[:500]))
         return settlement
 
@@ -251,17 +258,7 @@ def delivery(carrier: Mapping[str, str] | None, *, url: str, event_type: str, de
 
 # -- the scheduler: a new trace per fire ---------------------------------------------------------
 
-class _NoFire:
-    __slots__ = ()
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-_NO_FIRE = _NoFire()
+_NO_FIRE = nullcontext()  # yields None: the task's context stays empty
 
 
 class _TracedFire:
@@ -303,7 +300,7 @@ def schedule_fire(name: str, queue: str, nominal_at):
 
 def _valid_incoming(headers: Mapping[str, str]) -> dict[str, str] | None:
     parent = (headers.get("traceparent") or "").strip()
-    match = _TRACEPARENT.fullmatch(parent)
+    match = _TRACEPARENT.fullmatch(parent) if len(parent) <= _TRACEPARENT_MAX else None
     if match is None or (match.group(1) == "00" and match.group(2)):
         return None
     carrier = {"traceparent": parent}
