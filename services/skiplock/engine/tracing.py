@@ -183,6 +183,8 @@ def task_run(task):
     current while the handler runs, whose parent is the enqueuer's stored context. `settled(s,
     exc)` on what it yields sets the status from the Settlement. A shared no-op when nothing
     traces."""
+    if _TRACE_API not in sys.modules:  # the common case, first: one lookup per run
+        return _NO_RUN
     tracer = _tracer()
     return _NO_RUN if tracer is None else _TracedRun(tracer, task)
 
