@@ -29,7 +29,7 @@ def test_the_site_builds_strictly(tmp_path):
     pages = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
     # the home page is the README; the chart README and the benchmark results are pages of their own
     assert {"index.html", "OPERATIONS/index.html", "ARCHITECTURE/index.html", "charts/skiplock/index.html",
-            "tests/benchmarks/RESULTS/index.html"} <= pages
+            "tests/benchmarks/RESULTS/index.html", "TRACING/index.html", "examples/fastapi/index.html"} <= pages
     home = (tmp_path / "site" / "index.html").read_text()
     assert 'href="OPERATIONS/"' in home  # the README's docs/OPERATIONS.md, as a link within the site
 
@@ -44,7 +44,8 @@ def test_a_broken_link_fails_the_build(tmp_path):
         shutil.copy(ROOT / name, copy / name)
     for folder in ("docs", "scripts"):
         shutil.copytree(ROOT / folder, copy / folder)
-    for path in ("charts/skiplock/README.md", "tests/benchmarks/README.md", "tests/benchmarks/RESULTS.md"):
+    recipes = [str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("README.md")]
+    for path in ("charts/skiplock/README.md", "tests/benchmarks/README.md", "tests/benchmarks/RESULTS.md", *recipes):
         (copy / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / path, copy / path)
     with open(copy / "README.md", "a") as readme:

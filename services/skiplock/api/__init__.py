@@ -24,6 +24,7 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     from ..engine import logs, migrate
     from ..engine.errors import ConfigError
     from ..engine.registry import import_task_modules
+    from ..engine.tracing import setup_from_environment
     from .auth import Authenticator
 
     logs.setup(settings.log_format, settings.log_level)
@@ -35,6 +36,9 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     # SKIPLOCK_TASKS' kinds (kinds.py): a module that fails to import stops the API here, in one line,
     # not in each gunicorn worker; the workers inherit the imported modules through the fork
     import_task_modules(settings.tasks)
+    # OTEL_TRACES_EXPORTER's provider, set in the master: a bad exporter stops the API here, in one
+    # line, and the forked workers inherit it (the SDK restarts its export thread after a fork)
+    setup_from_environment("api")
     # a long-poll holds a request thread: one is always left for the other requests
     settings = settings.replace(api_max_waits=min(settings.api_max_waits, threads - 1))
     url = settings.require_database_url()
