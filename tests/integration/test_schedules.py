@@ -160,16 +160,22 @@ def test_daily_cron_across_dst_in_berlin_fires_once_a_day(store: Store, db, day,
     assert len(tasks_of(db, "nightly")) == 4
 
 
-def test_hourly_cron_across_fall_back_fires_each_wall_hour_once(store: Store, db):
+def test_across_fall_back_an_hourly_cron_fires_every_hour_and_a_wall_time_once(store: Store, db):
     start = dt.datetime(2026, 10, 24, 22, 0, tzinfo=UTC)  # 00:00 CEST on the 25th
     apply_schedules(store, [Schedule(name="hourly", kind="k", cron="0 * * * *", timezone="Europe/Berlin",
-                                    overlap="allow")], now=start - S)
+                                     overlap="allow"),
+                            Schedule(name="nightly", kind="k", cron="30 2 * * *", timezone="Europe/Berlin",
+                                     overlap="allow")], now=start - S)
     walk(Firer(store, Metrics()), start, start + dt.timedelta(hours=25, minutes=1), dt.timedelta(minutes=5))
     berlin = zoneinfo.ZoneInfo("Europe/Berlin")
-    wall = [f[0].astimezone(berlin).strftime("%d %H:%M") for f in fires_of(db, "hourly")]
-    # 25 real hours, 24 wall hours: 02:00 happens twice on the clock and fires once
-    assert wall == [f"25 {h:02d}:00" for h in range(24)] + ["26 00:00"]
-    assert len(set(wall)) == len(wall)
+    fires = [f[0] for f in fires_of(db, "hourly")]
+    wall = [f.astimezone(berlin).strftime("%d %H:%M%Z") for f in fires]
+    # 25 real hours: an interval-like field fires through both passes of the repeated 02:00, as cron does
+    assert wall == ([f"25 {h:02d}:00CEST" for h in range(3)] + [f"25 {h:02d}:00CET" for h in range(2, 24)]
+                    + ["26 00:00CET"])
+    assert all(b - a == dt.timedelta(hours=1) for a, b in zip(fires, fires[1:]))
+    # a named wall time fires once, in the first pass
+    assert [f[0].astimezone(berlin).strftime("%d %H:%M%Z") for f in fires_of(db, "nightly")] == ["25 02:30CEST"]
 
 
 def test_apply_keeps_the_place_of_unchanged_schedules_and_retimes_changed_ones(store: Store, db):
