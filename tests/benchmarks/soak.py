@@ -86,6 +86,7 @@ class Sample:
     deleted: int             # completed tasks deleted by retention so far
     oldest_xact: float       # seconds: the oldest open transaction of a skiplock role at the end
                              # (one that stays open holds back what vacuum may remove)
+    machine: dict[str, float] = dataclasses.field(default_factory=dict)  # MachineProbe.take()
     buckets: dict[int, int] = dataclasses.field(repr=False, default_factory=dict)
 
     @property
@@ -136,6 +137,53 @@ FROM pg_stat_user_tables WHERE schemaname = 'skiplock' AND relname = ANY(%(names
 """
 
 
+class MachineProbe(threading.Thread):
+    """What the machine did to every process in an interval, to tell its stalls from skiplock's or
+    Postgres's: the longest time this thread overslept a 20 ms sleep (it needs no lock and no
+    database, so only the machine can hold it up), and the shares of CPU time the kernel counted as
+    stolen by the hypervisor and as waiting for I/O (/proc/stat)."""
+
+    SLEEP = 0.02
+
+    def __init__(self):
+        super().__init__(name="machine-probe", daemon=True)
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._overslept = 0.0
+        self._cpu = self._read_cpu()
+
+    @staticmethod
+    def _read_cpu() -> list[int]:
+        try:
+            with open("/proc/stat") as stat:
+                return [int(n) for n in stat.readline().split()[1:]]
+        except OSError:  # not Linux: the shares stay 0
+            return []
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            before = time.monotonic()
+            time.sleep(self.SLEEP)
+            late = time.monotonic() - before - self.SLEEP
+            with self._lock:
+                self._overslept = max(self._overslept, late)
+
+    def take(self) -> dict[str, float]:
+        """Since the last take: the longest oversleep (seconds), and steal and iowait (% of CPU)."""
+        with self._lock:
+            overslept, self._overslept = self._overslept, 0.0
+        cpu, previous = self._read_cpu(), self._cpu
+        self._cpu = cpu
+        if not cpu or not previous:
+            return {"overslept": overslept, "steal": 0.0, "iowait": 0.0}
+        delta = [a - b for a, b in zip(cpu, previous)]
+        total = sum(delta[:8]) or 1  # user nice system idle iowait irq softirq steal
+        return {"overslept": overslept, "steal": 100 * delta[7] / total, "iowait": 100 * delta[4] / total}
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
 class Enqueuer(threading.Thread):
     """Enqueues `rate` tasks per second, a batch every ENQUEUE_EVERY seconds, each batch committed
     before the next; a batch that falls behind is made up by the next one."""
@@ -184,12 +232,14 @@ class Soak:
             wait_ready(proc)
         self.samples: list[Sample] = []
         self.enqueuer: Enqueuer | None = None
+        self.machine = MachineProbe()
         self.completed = 0  # completions counted so far, over every window
         self.deleted_before = 0  # tasks retention deleted before run() (measure_drain's)
 
     def close(self) -> None:
         if self.enqueuer is not None and self.enqueuer.is_alive():
             self.enqueuer.stop()
+        self.machine.stop()
         self.db.close()
 
     def _scalar(self, sql: str, params: dict | None = None):
@@ -235,7 +285,7 @@ class Soak:
                       backlog=states.get("queued", 0), running=states.get("running", 0),
                       p50=_quantile(buckets, 0.50), p99=_quantile(buckets, 0.99), size=size,
                       relations=relations, tables=tables, deleted=self._deleted(),
-                      oldest_xact=self._scalar(OLDEST_XACT), buckets=dict(buckets))
+                      oldest_xact=self._scalar(OLDEST_XACT), machine=self.machine.take(), buckets=dict(buckets))
 
     def run(self, rate: float, seconds: float, interval: float, tick: float = TICK_SECONDS,
             on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
@@ -249,6 +299,9 @@ class Soak:
         start_db = self._scalar("SELECT now()")
         start = time.monotonic()
         self.enqueuer.start()
+        if not self.machine.is_alive():
+            self.machine.start()
+        self.machine.take()
         self._since = since = interval_start = start_db
         buckets, completed = Counter(), 0
         while time.monotonic() - start < seconds:
@@ -363,8 +416,8 @@ def _mb(nbytes: int) -> str:
 def header() -> str:
     return ("| minute | completed/s | backlog | p50 (ms) | p99 (ms) | size (MB) | tasks + idx (MB) "
             "| events + idx (MB) | dead tasks / events | autovacuums tasks / events | deleted "
-            "| oldest xact (s) |\n"
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "| oldest xact (s) | machine: longest stall (ms), steal / iowait (%) |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
 
 def _table_and_indexes(s: Sample, table: str, indexes: dict[str, str]) -> int:
@@ -377,7 +430,9 @@ def row(s: Sample, indexes: dict[str, str]) -> str:
             f"| {_mb(s.size)} | {_mb(_table_and_indexes(s, 'tasks', indexes))} "
             f"| {_mb(_table_and_indexes(s, 'task_events', indexes))} "
             f"| {t.get('dead', 0):,} / {e.get('dead', 0):,} | {t.get('autovacuum', 0)} / {e.get('autovacuum', 0)} "
-            f"| {s.deleted:,} | {s.oldest_xact:.1f} |")
+            f"| {s.deleted:,} | {s.oldest_xact:.1f} "
+            f"| {s.machine.get('overslept', 0) * 1000:.0f}, {s.machine.get('steal', 0):.1f} / "
+            f"{s.machine.get('iowait', 0):.1f} |")
 
 
 def index_owners(conn) -> dict[str, str]:
