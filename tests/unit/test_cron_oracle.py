@@ -13,10 +13,11 @@ ours. Every allowed difference is one of the exclusions below, each either our d
    one. After a shift that is not a whole hour on the hour (Lord Howe's 30 minutes, Chatham's at
    :45) or from a midnight that does not exist (Havana, Sao Paulo, Apia), that lands past the
    start of a matching hour, so cronsim misses instants whose local time matches.
-3. cronsim bug: from a start in the second pass of a repeated stretch it can return times of the
-   first pass, before the start: for named wall times it drops the start's fold; an interval-like
-   search steps back to the top of the hour, which is in the first pass when the stretch does not
-   begin on the hour (Chatham repeats 02:45-03:44). Those times are dropped.
+3. cronsim bug: it can go back in time. For named wall times it drops the start's fold, so from
+   the second pass of a repeated stretch it returns times of the first pass, before the start
+   (dropped). An interval-like search that enters a second pass steps back to the top of the
+   hour, which is in the first pass when the stretch does not begin on the hour (Chatham repeats
+   02:45-03:44), and returns earlier times again: the comparison stops there.
 4. cronsim bug: it reads a range of one value with a step (`5-5/2`) as `5/2` (from 5 to the
    maximum); the generator does not write such ranges.
 """
@@ -168,10 +169,14 @@ def check_against_cronsim(text: str, zone: str, start: dt.datetime) -> bool:
     if len(theirs) < FIRES:
         return False  # cronsim gives up after 50 years without a fire; we do not
 
-    if start_local.fold == 1:  # exclusion 3
-        theirs = [t for t in theirs if t > start]
-    assert all(t > start for t in theirs), "cronsim returned a time before the start"
-    assert theirs == sorted(set(theirs))
+    kept: list[dt.datetime] = []
+    for t in theirs:  # exclusion 3
+        if t <= start and not kept:
+            continue
+        if kept and t <= kept[-1]:
+            break
+        kept.append(t)
+    theirs = kept
 
     window_end = max(theirs, default=start)
     fires, after = [], start
@@ -245,6 +250,19 @@ def test_exclusion_3_cronsim_returns_times_before_a_start_in_the_second_pass():
     assert ours == [dt.datetime(2026, 10, 26, 1, 15, tzinfo=UTC), dt.datetime(2026, 10, 26, 1, 45, tzinfo=UTC)]
     assert theirs == [dt.datetime(2026, 10, 25, 0, 15, tzinfo=UTC), dt.datetime(2026, 10, 25, 0, 45, tzinfo=UTC)]
     assert check_against_cronsim("15,45 2 * * *", "Europe/Berlin", start)
+
+
+def test_exclusion_3_cronsim_goes_back_after_entering_a_second_pass_that_begins_at_45():
+    # Chatham 2026-04-05: 03:45 (+13:45) -> 02:45 (+12:45); the start is 03:38:45 +13:45
+    chatham = zoneinfo.ZoneInfo("Pacific/Chatham")
+    start = dt.datetime(2026, 4, 4, 13, 53, 45, tzinfo=UTC)
+    ours, theirs = first_fires("* */3 * * *", start, chatham, 8)
+    assert [t.astimezone(chatham).strftime("%H:%M%z") for t in ours] == [
+        "03:39+1345", "03:40+1345", "03:41+1345", "03:42+1345", "03:43+1345", "03:44+1345",
+        "03:00+1245", "03:01+1245",  # 03:00-03:44 come round again in the second pass
+    ]
+    assert [t.astimezone(chatham).strftime("%H:%M%z") for t in theirs][5:] == ["03:44+1345", "03:00+1345", "03:01+1345"]
+    assert check_against_cronsim("* */3 * * *", "Pacific/Chatham", start)
 
 
 def test_exclusion_4_cronsim_reads_a_one_value_range_with_a_step_as_open_ended():
