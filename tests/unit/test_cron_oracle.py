@@ -204,7 +204,11 @@ def check_against_cronsim(text: str, zone: str, start: dt.datetime) -> bool:
     return True
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same 300 examples in every CI run (derandomize), so a quirk of cronsim not met yet cannot turn
+# a run red by chance; to look for new differences, run this file with derandomize=False and many
+# more examples (about 55,000 found only the four exclusions above when it was written).
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(text=EXPRESSIONS, zone_and_start=starts())
 def test_fire_times_match_cronsim_but_for_the_documented_differences(text, zone_and_start):
     zone, start = zone_and_start
