@@ -161,8 +161,8 @@ def schedule_fields(defaults: bool = True) -> dict:
         "payload": JsonObject(**d({})),
         "priority": Integer(minimum=-32768, maximum=32767, **d(0)),
         "max_attempts": Integer(minimum=1, maximum=2**31 - 1, nullable=True),
-        "cron": String("5 fields or an @alias (@hourly, @daily, ...); exactly one of cron and "
-                       "interval_seconds.", max_length=200, nullable=True, example="0 6 * * *"),
+        "cron": String("5 fields or an @alias (@hourly, @daily, ...); day-of-month also takes L and LW, "
+                       "day-of-week nL and DAY#n; exactly one of cron and interval_seconds.", max_length=200, nullable=True, example="0 6 * * *"),
         "timezone": String("IANA time zone of the cron expression.", max_length=64, **d("UTC")),
         "interval_seconds": Number(minimum=0.001, maximum=10 * 365 * 86400.0, nullable=True),
         "overlap": String(enum=OVERLAP_POLICIES, **d("skip")),
