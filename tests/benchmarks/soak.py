@@ -139,46 +139,66 @@ FROM pg_stat_user_tables WHERE schemaname = 'skiplock' AND relname = ANY(%(names
 
 class MachineProbe(threading.Thread):
     """What the machine did to every process in an interval, to tell its stalls from skiplock's or
-    Postgres's: the longest time this thread overslept a 20 ms sleep (it needs no lock and no
-    database, so only the machine can hold it up), and the shares of CPU time the kernel counted as
-    stolen by the hypervisor and as waiting for I/O (/proc/stat)."""
+    Postgres's. Every 0.1 s it reads each CPU's counters (/proc/stat) and times its own sleep:
+    - overslept: the longest time this thread overslept a 0.1 s sleep (it needs no lock and no
+      database, so only the machine can hold it up; it sees only the CPU it runs on);
+    - steal and iowait: the shares of all CPU time the kernel counted as stolen by the hypervisor
+      and as waiting for I/O, over the interval;
+    - worst_steal: the largest share of any one second that the hypervisor took from any one CPU,
+      which a process on that CPU (the worker, Postgres) lost whole."""
 
-    SLEEP = 0.02
+    TICK = 0.1
+    WINDOW = 10  # ticks: one second
 
     def __init__(self):
         super().__init__(name="machine-probe", daemon=True)
         self._halt = threading.Event()
         self._lock = threading.Lock()
-        self._overslept = 0.0
-        self._cpu = self._read_cpu()
+        self._overslept = self._worst = 0.0
+        self._ticks: list[list[tuple[int, int]]] = []  # per tick, per CPU: (steal, total) jiffies
+        self._previous = self._read_cpus()
+        self._interval_start = self._previous
 
     @staticmethod
-    def _read_cpu() -> list[int]:
+    def _read_cpus() -> list[list[int]]:
+        """[all CPUs, cpu0, cpu1, ...], each user nice system idle iowait irq softirq steal."""
         try:
             with open("/proc/stat") as stat:
-                return [int(n) for n in stat.readline().split()[1:]]
+                return [[int(n) for n in line.split()[1:9]] for line in stat if line.startswith("cpu")]
         except OSError:  # not Linux: the shares stay 0
             return []
 
     def run(self) -> None:
         while not self._halt.is_set():
             before = time.monotonic()
-            time.sleep(self.SLEEP)
-            late = time.monotonic() - before - self.SLEEP
+            time.sleep(self.TICK)
+            late = time.monotonic() - before - self.TICK
+            cpus = self._read_cpus()
+            tick = [(now[7] - was[7], sum(now) - sum(was)) for now, was in zip(cpus[1:], self._previous[1:])]
+            self._previous = cpus
+            self._ticks = (self._ticks + [tick])[-self.WINDOW:]
+            second = [(sum(t[i][0] for t in self._ticks), sum(t[i][1] for t in self._ticks))
+                      for i in range(len(tick))]
+            worst = max((stolen / total for stolen, total in second if total), default=0.0)
             with self._lock:
                 self._overslept = max(self._overslept, late)
+                if len(self._ticks) == self.WINDOW:
+                    self._worst = max(self._worst, worst)
 
     def take(self) -> dict[str, float]:
-        """Since the last take: the longest oversleep (seconds), and steal and iowait (% of CPU)."""
+        """Since the last take: overslept (seconds), steal and iowait (% of all CPU time),
+        worst_steal (% of the worst second of the worst CPU)."""
         with self._lock:
-            overslept, self._overslept = self._overslept, 0.0
-        cpu, previous = self._read_cpu(), self._cpu
-        self._cpu = cpu
-        if not cpu or not previous:
-            return {"overslept": overslept, "steal": 0.0, "iowait": 0.0}
-        delta = [a - b for a, b in zip(cpu, previous)]
-        total = sum(delta[:8]) or 1  # user nice system idle iowait irq softirq steal
-        return {"overslept": overslept, "steal": 100 * delta[7] / total, "iowait": 100 * delta[4] / total}
+            overslept, worst = self._overslept, self._worst
+            self._overslept = self._worst = 0.0
+        cpus, start = self._read_cpus(), self._interval_start
+        self._interval_start = cpus
+        if not cpus or not start:
+            return {"overslept": overslept, "steal": 0.0, "iowait": 0.0, "worst_steal": 0.0}
+        delta = [a - b for a, b in zip(cpus[0], start[0])]
+        total = sum(delta) or 1
+        return {"overslept": overslept, "steal": 100 * delta[7] / total, "iowait": 100 * delta[4] / total,
+                "worst_steal": 100 * worst}
 
     def stop(self) -> None:
         self._halt.set()
@@ -416,7 +436,7 @@ def _mb(nbytes: int) -> str:
 def header() -> str:
     return ("| minute | completed/s | backlog | p50 (ms) | p99 (ms) | size (MB) | tasks + idx (MB) "
             "| events + idx (MB) | dead tasks / events | autovacuums tasks / events | deleted "
-            "| oldest xact (s) | machine: longest stall (ms), steal / iowait (%) |\n"
+            "| oldest xact (s) | machine: longest oversleep (ms), steal / iowait (%), worst 1-s steal of a CPU (%) |\n"
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
 
@@ -432,7 +452,7 @@ def row(s: Sample, indexes: dict[str, str]) -> str:
             f"| {t.get('dead', 0):,} / {e.get('dead', 0):,} | {t.get('autovacuum', 0)} / {e.get('autovacuum', 0)} "
             f"| {s.deleted:,} | {s.oldest_xact:.1f} "
             f"| {s.machine.get('overslept', 0) * 1000:.0f}, {s.machine.get('steal', 0):.1f} / "
-            f"{s.machine.get('iowait', 0):.1f} |")
+            f"{s.machine.get('iowait', 0):.1f}, {s.machine.get('worst_steal', 0):.0f} |")
 
 
 def index_owners(conn) -> dict[str, str]:

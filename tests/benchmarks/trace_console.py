@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # a role started the usual way, after setting up the SDK from OTEL_* (a no-op when its own
 # start-up already did)
-LAUNCH = ("import sys; from skiplock.engine import tracing; tracing.setup_from_environment(sys.argv[1]); "
+LAUNCH = ("import sys; from skiplock.engine import tracing_setup; tracing_setup.setup_from_environment(sys.argv[1]); "
           "from skiplock.cli import main; sys.exit(main(sys.argv[1:]))")
 
 

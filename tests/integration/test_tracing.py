@@ -206,7 +206,7 @@ def test_a_worker_of_an_application_that_does_not_trace_loads_no_opentelemetry(d
 
 SETUP = """
 import json, sys
-from skiplock.engine import tracing
+from skiplock.engine import tracing_setup as tracing
 from skiplock.engine.errors import SkiplockError
 try:
     configured = tracing.setup_from_environment("worker")

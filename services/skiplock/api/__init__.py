@@ -24,7 +24,7 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     from ..engine import logs, migrate
     from ..engine.errors import ConfigError
     from ..engine.registry import import_task_modules
-    from ..engine.tracing import setup_from_environment
+    from ..engine.tracing_setup import setup_from_environment
     from .auth import Authenticator
 
     logs.setup(settings.log_format, settings.log_level)

@@ -18,7 +18,7 @@ import time
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
-from ..engine import tracing
+from ..engine import tracing, tracing_setup
 from ..engine.errors import (DatabaseError, DatabaseUnavailable, Forbidden, InvalidInput,
                              MethodNotAllowed as MethodRefused, PayloadTooLarge, RouteNotFound, SkiplockError, TooManyRequests, Unauthorized)
 from ..engine.model import uuid7
@@ -48,7 +48,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask:
     settings = settings or Settings.from_env()
-    tracing.setup_from_environment("api")  # only when OTEL_TRACES_EXPORTER names an exporter
+    tracing_setup.setup_from_environment("api")  # only when OTEL_TRACES_EXPORTER names an exporter
     # refuses to build an open API by accident: before anything is started
     auth = Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")
     url = settings.require_database_url()

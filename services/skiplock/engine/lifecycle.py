@@ -84,7 +84,7 @@ def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4
     object with `run() -> exit code` and `ready() -> bool`; `prepare(store)` runs first."""
     from .metrics import Metrics, MetricsServer
     from .store import Store
-    from .tracing import setup_from_environment
+    from .tracing_setup import setup_from_environment
 
     # OTEL_TRACES_EXPORTER's provider, unless the tasks modules set one (the worker imported them)
     setup_from_environment(name)
