@@ -32,7 +32,7 @@ def setup_from_environment(role: str, environ: Mapping[str, str] = os.environ) -
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         raise ConfigError(f"{setting}: the OpenTelemetry SDK is not installed "
-                          "(pip install 'skiplock[otel]' opentelemetry-sdk)") from None
+                          "(pip install 'skiplock[otel]')") from None
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return False  # the application set one: its exporters, not ours
     from importlib.metadata import entry_points
