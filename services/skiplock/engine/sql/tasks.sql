@@ -147,7 +147,11 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- the planner to choose: the worker runs this statement with a generic plan, in which the
 -- LIMIT is unknown and a join by ctid turns into a hash join over every queued row). A row
 -- whose ctid is not visible (updated between the snapshot and the lock) is simply not claimed
--- this time: SKIP LOCKED never waits, and the state check stays in the UPDATE.
+-- this time: SKIP LOCKED never waits, and the state check stays in the UPDATE. It is written as a
+-- CASE so that it implies no partial index's predicate: `state = 'queued' AND limited` would let
+-- the planner read all of tasks_parked instead of the TID scan whenever the statistics predate
+-- the parked tasks (an index it believes empty costs less than ten TIDs), and the same holds for
+-- tasks_claimable after a burst. The same form in task_claim_limited.
 -- A picked task of a kind with a limit is not claimed but parked (migration 0016): it leaves
 -- tasks_claimable for tasks_parked, where task_claim_limited takes it under its group's limit.
 -- `park_limit` more rows may be picked for that: after a claim that parked some, the next parks
@@ -175,16 +179,16 @@ picked AS MATERIALIZED (
 ), claimed AS (
     UPDATE skiplock.tasks AS t
     SET {{_claim_set}}
-    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM taken)) AND t.state = 'queued'
-      AND NOT t.limited
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM taken))
+      AND CASE WHEN t.state = 'queued' THEN NOT t.limited END
     RETURNING {{_claim_returning}}
 ), claim_events AS (
     {{_claim_events}}
 ), parked AS (
     UPDATE skiplock.tasks AS t
     SET limited = true
-    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked WHERE park)) AND t.state = 'queued'
-      AND NOT t.limited
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM picked WHERE park))
+      AND CASE WHEN t.state = 'queued' THEN NOT t.limited END
     RETURNING t.kind, t.concurrency_key
 ), parked_groups AS (
     -- in key order, so that two claims parking into the same groups lock their rows in one
@@ -212,7 +216,7 @@ state = 'running',
 -- name: _claim_returning
 t.id, t.kind, t.queue, t.payload, t.attempts, t.lease_token, t.cursor, t.event_seq,
               extract(epoch FROM now() - t.run_after)::float8 AS waited_seconds, t.concurrency_key, t.limited,
-              t.trace_context
+              t.trace_context, t.priority, t.run_after
 
 -- name: _claim_events
 INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
@@ -224,9 +228,11 @@ INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data
 -- NULL): `attempt` holds the number of tasks parked, `lease_token` 1 if a group of limited tasks
 -- may have work (task_claim_limited has something to look at).
 WITH {{_claim_ctes}}
-SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
-       trace_context
-FROM claimed
+-- in claim order (the UPDATE returns them in the order of their ctids); the summary row last
+(SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
+        trace_context
+ FROM claimed
+ ORDER BY priority DESC, run_after, id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM parked)::integer,
        (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL, NULL, NULL, NULL;
@@ -280,7 +286,7 @@ WITH visit AS MATERIALIZED (
                                                  v.burst)) END AS tokens_now
     ) AS b
 ), offered AS MATERIALIZED (
-    SELECT c.row_ctid, g.turn, c.rank
+    SELECT c.row_ctid, g.turn, g.kind, g.concurrency_key, c.rank
     FROM room AS g
     CROSS JOIN LATERAL (
         SELECT p.row_ctid, row_number() OVER (ORDER BY p.priority DESC, p.run_after, p.id) AS rank
@@ -308,26 +314,36 @@ WITH visit AS MATERIALIZED (
 ), claimed AS (
     UPDATE skiplock.tasks AS t
     SET {{_claim_set}}
-    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM chosen)) AND t.state = 'queued' AND t.limited
+    -- a CASE: the TID scan whatever the statistics say (see _claim_ctes)
+    WHERE t.ctid = ANY (ARRAY(SELECT row_ctid FROM chosen)) AND CASE WHEN t.state = 'queued' THEN t.limited END
     RETURNING {{_claim_returning}}
 ), claim_events AS (
     {{_claim_events}}
-), started AS (
-    SELECT kind, concurrency_key, count(*) AS n FROM claimed GROUP BY kind, concurrency_key
+), tally AS MATERIALIZED (
+    -- per group visited: its room and tokens, the tasks it offered and those started. One
+    -- aggregate, not joins of these CTEs: with a generic plan each is estimated at a row, and the
+    -- nested loops then read one CTE once per row of the other (groups x tasks per claim).
+    SELECT kind, concurrency_key, max(room) AS room, max(tokens_now) AS tokens_now,
+           sum(offered)::integer AS offered, sum(started)::integer AS started
+    FROM (
+        SELECT kind, concurrency_key, room, tokens_now, 0 AS offered, 0 AS started FROM room
+        UNION ALL
+        SELECT kind, concurrency_key, NULL, NULL, 1, 0 FROM offered
+        UNION ALL
+        SELECT kind, concurrency_key, NULL, NULL, 0, 1 FROM claimed
+    ) AS parts
+    GROUP BY kind, concurrency_key
 ), visited AS (
     UPDATE skiplock.limit_groups AS g
-    SET tokens = r.tokens_now - coalesce(s.n, 0),
+    SET tokens = r.tokens_now - r.started,
         tokens_at = CASE WHEN r.tokens_now IS NOT NULL THEN now() END,
-        served_at = CASE WHEN r.room <= 0 OR s.n > 0 OR NOT EXISTS (SELECT FROM offered AS o WHERE o.turn = r.turn)
-                         THEN now() ELSE g.served_at END,
+        served_at = CASE WHEN r.room <= 0 OR r.started > 0 OR r.offered = 0 THEN now() ELSE g.served_at END,
         -- had room, and no parked task at all (in any queue): asleep until a claim parks one
-        drained = r.room > 0
-                  AND NOT EXISTS (SELECT FROM offered AS o WHERE o.turn = r.turn)
+        drained = r.room > 0 AND r.offered = 0
                   AND NOT EXISTS (SELECT FROM skiplock.tasks AS t
                                   WHERE t.state = 'queued' AND t.limited
                                     AND t.kind = r.kind AND t.concurrency_key = r.concurrency_key)
-    FROM room AS r
-    LEFT JOIN started AS s ON s.kind = r.kind AND s.concurrency_key = r.concurrency_key
+    FROM tally AS r
     WHERE g.kind = r.kind AND g.concurrency_key = r.concurrency_key
     RETURNING g.kind
 )
@@ -370,12 +386,13 @@ WITH input AS (
       AND (NOT p.limited OR p.lease_until > now())
     RETURNING t.id, t.state
 ), busy AS (
-    -- held by another transaction when probed, and still this worker's claim as the snapshot saw it
+    -- held by another transaction when probed, and still this worker's claim as the snapshot saw
+    -- it (a primary-key probe per claim not renewed, as in the settle's busy)
     SELECT i.id
     FROM input AS i
     WHERE NOT EXISTS (SELECT 1 FROM probed AS p WHERE p.id = i.id)
-      AND EXISTS (SELECT 1 FROM skiplock.tasks AS t
-                  WHERE t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling'))
+      AND (SELECT t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+           FROM skiplock.tasks AS t WHERE t.id = i.id)
 )
 SELECT id, state FROM renewed
 UNION ALL
@@ -428,11 +445,14 @@ settle_input AS (
 ), busy AS (
     -- held by another transaction when probed, and still this claim as the snapshot saw it: to be
     -- written again (its fence is checked then); a claim lost before this statement is refused now
+    -- (a scalar subquery: a primary-key probe per claim not held, run only for those. As an
+    -- EXISTS with the state in its WHERE, the generic plan read every leased task by
+    -- tasks_leased on every settle, against the whole set or per busy claim.)
     SELECT d.id
     FROM decided AS d
     WHERE NOT d.held
-      AND EXISTS (SELECT 1 FROM skiplock.tasks AS t
-                  WHERE t.id = d.id AND t.lease_token = d.token AND t.state IN ('running', 'cancelling'))
+      AND (SELECT t.lease_token = d.token AND t.state IN ('running', 'cancelling')
+           FROM skiplock.tasks AS t WHERE t.id = d.id)
 ), settled AS (
     UPDATE skiplock.tasks AS t
     SET state = d.new_state,
