@@ -137,7 +137,8 @@ class Workers:
               ) -> subprocess.Popen:
         full = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
         full.update({"SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0", "SKIPLOCK_LOG_LEVEL": "WARNING",
-                     "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **(env or {})})
+                     "PYTHONPATH": os.pathsep.join((str(REPO_ROOT / "services"), str(REPO_ROOT))),  # this checkout's code
+                     "PYTHONUNBUFFERED": "1", **(env or {})})
         log = self.logs / f"worker-{len(self.procs)}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
