@@ -18,6 +18,7 @@ CASES = {
         {"SKIPLOCK_LEASE_SECONDS": "6", "SKIPLOCK_HEARTBEAT_SECONDS": "1",
          "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": "6"}, "SKIPLOCK_SHUTDOWN_GRACE_SECONDS"),
     "zero_concurrency": ({"SKIPLOCK_CONCURRENCY": "0"}, "SKIPLOCK_CONCURRENCY"),
+    "negative_claim_lanes": ({"SKIPLOCK_CLAIM_LANES": "-1"}, "SKIPLOCK_CLAIM_LANES"),
     "bad_queue_name": ({"SKIPLOCK_QUEUES": "default,bad queue!"}, "SKIPLOCK_QUEUES"),
     "missing_database_url": ({"SKIPLOCK_DATABASE_URL": None}, "SKIPLOCK_DATABASE_URL"),
     "missing_task_module": ({"SKIPLOCK_TASKS": "tests.support.no_such_module"}, "SKIPLOCK_TASKS"),

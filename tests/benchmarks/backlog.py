@@ -2,8 +2,8 @@
 
     python -m tests.benchmarks.backlog [--backlog 1000000] [--baseline 20000] [--window 200000]
                                        [--queues 8] [--repeat 3] [--workers 1,2,4,8]
-                                       [--drain-tasks 100000] [--only backlog|workers]
-                                       [--explain] [--server URL]
+                                       [--drain-tasks 100000] [--claim-lanes 0,2]
+                                       [--only backlog|workers] [--explain] [--server URL]
 
 **Backlog.** One real worker process (`skiplock worker --queues q0,...,q7 --concurrency 100`)
 claims from 8 queues holding --baseline (20,000) tasks in all, and from 8 queues holding --backlog
@@ -24,7 +24,9 @@ processes (concurrency 100 each), each count in a fresh copy. The queue is pause
 processes start and resumed once all have registered (on 2 cores, 8 processes' start-up would
 otherwise overlap the first ones' work): the rate from the first completion to the last
 (finished_at), and from the release to the last completion. Meanwhile pg_stat_activity is
-sampled every 20 ms for skiplock backends waiting on a lock.
+sampled every 20 ms for skiplock backends waiting on a lock. Each --claim-lanes value
+(SKIPLOCK_CLAIM_LANES of the workers; 0: no bound) is a table of its own, its runs alternating with
+the others'.
 
 The server is a throwaway cluster with Postgres's default settings (autovacuum, fsync, synchronous
 commit and full-page writes on; tests/pgcluster.py) unless --server names one. Runs of each kind
@@ -86,7 +88,7 @@ def explain_claim(url: str, queues: list[str], label: str) -> str:
         with store.db.connection(pool=store.db.claim_pool) as conn:
             sql = store.db.sql["task_claim"]
             params = dict(queues=queues, limit=100, owner="explain", lease_seconds=30, kind_max_attempts=None,
-                          park_limit=0)
+                          park_limit=0, lanes=0)
             for _ in range(6):  # psycopg prepares it from its sixth use; a claim of none locks nothing
                 conn.execute(sql, {**params, "limit": 0})
             with conn.transaction(force_rollback=True):
@@ -150,15 +152,22 @@ def backlog_section(dbs: Databases, args: argparse.Namespace) -> None:
 
 def workers_section(dbs: Databases, args: argparse.Namespace) -> None:
     counts = [int(k) for k in args.workers.split(",")]
+    lane_counts = [int(k) for k in args.claim_lanes.split(",")]
     n = args.drain_tasks
-    runs: dict[int, list[dict]] = {k: [] for k in counts}
+    runs: dict[tuple[int, int], list[dict]] = {(lanes, k): [] for lanes in lane_counts for k in counts}
     for rep in range(args.repeat):
-        for k in counts:
-            print(f"{k} worker(s), run {rep + 1}/{args.repeat}", file=sys.stderr)
-            runs[k].append(drain(dbs, n, k))
+        for lanes in lane_counts:
+            for k in counts:
+                print(f"{k} worker(s), claim lanes {lanes}, run {rep + 1}/{args.repeat}", file=sys.stderr)
+                runs[lanes, k].append(drain(dbs, n, k, lanes))
+    for lanes in lane_counts:
+        workers_table(n, counts, lanes, {k: runs[lanes, k] for k in counts}, args.repeat)
+
+
+def workers_table(n: int, counts: list[int], lanes: int, runs: dict[int, list[dict]], repeat: int) -> None:
     base = statistics.median(r["steady"] for r in runs[counts[0]])
     print(f"\n### A drain of {n:,} tasks on one queue by several worker processes (concurrency {CONCURRENCY} "
-          f"each, median of {args.repeat})\n")
+          f"each, SKIPLOCK_CLAIM_LANES={lanes}, median of {repeat})\n")
     print("| processes | tasks/s, first to last completion | each run | from the release | "
           f"vs {counts[0]} | lock waits sampled: row or transaction / extension (samples) |")
     print("|---:|---:|---|---:|---:|---|")
@@ -171,14 +180,14 @@ def workers_section(dbs: Databases, args: argparse.Namespace) -> None:
               f"({sum(r['samples'] for r in results)}) |")
 
 
-def drain(dbs: Databases, n: int, k: int) -> dict:
+def drain(dbs: Databases, n: int, k: int, lanes: int) -> dict:
     name, url = dbs.copy(dbs.template(n, ["default"]))
     workers = Workers()
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             with held_back(url, "default", workers, k):
                 for _ in range(k):
-                    workers.spawn(url, ["default"], CONCURRENCY)
+                    workers.spawn(url, ["default"], CONCURRENCY, env={"SKIPLOCK_CLAIM_LANES": str(lanes)})
             released = time.time()
             with LockSampler(url, interval=0.02) as sampler:
                 try:
@@ -203,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", default="1,2,4,8", help="worker process counts of the drains")
     parser.add_argument("--drain-tasks", type=int, default=100_000)
+    parser.add_argument("--claim-lanes", default="0,2", help="SKIPLOCK_CLAIM_LANES values of the drains")
     parser.add_argument("--only", choices=("backlog", "workers"))
     parser.add_argument("--explain", action="store_true", help="the claim's plans and the tables' state")
     parser.add_argument("--server", metavar="URL", help="a server of yours (default: a throwaway cluster)")

@@ -371,6 +371,7 @@ def test_good_values_render():
     ({"database": {"url": "mysql://x"}}, "url"),
     ({"worker": {"podDeletionCost": {"enable": True}}}, "enable"),
     ({"networkPolicy": {"kubeApiEgress": [{"cidr": "10.0.0.1/32"}]}}, "port"),
+    ({"worker": {"claimLanes": -1}}, "claimLanes"),
 ])
 def test_schema_refuses_bad_values(bad, message):
     import helm_python as helm
@@ -629,6 +630,14 @@ def test_pod_deletion_cost_off_renders_no_rbac_and_mounts_no_token():
         assert worker["automountServiceAccountToken"] is False
         env = r.env_of(worker["containers"][0])
         assert not {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME", "SKIPLOCK_POD_NAMESPACE"} & set(env)
+
+
+def test_claim_lanes_reach_the_workers_only_when_set():
+    default = r.pod_spec(r.by_name(r.objects(r.render(GOOD)), "Deployment", "skiplock-worker"))
+    assert "SKIPLOCK_CLAIM_LANES" not in r.env_of(default["containers"][0])  # 0: the worker's own default
+    objs = r.objects(r.render(_merge(GOOD, {"worker": {"claimLanes": 2}})))
+    worker = r.pod_spec(r.by_name(objs, "Deployment", "skiplock-worker"))
+    assert r.env_of(worker["containers"][0])["SKIPLOCK_CLAIM_LANES"] == "2"
 
 
 # ---- guards around exposure and egress ------------------------------------------------------------

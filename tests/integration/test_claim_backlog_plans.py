@@ -70,7 +70,7 @@ def backlog(db_url, db):
 
 
 def _claim_params(limit: int = LIMIT) -> dict:
-    return dict(queues=QUEUES, limit=limit, owner="w", lease_seconds=30, kind_max_attempts=None, park_limit=0)
+    return dict(queues=QUEUES, limit=limit, owner="w", lease_seconds=30, kind_max_attempts=None, park_limit=0, lanes=0)
 
 
 def test_the_custom_plan_reads_the_partial_index(backlog, db):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import psycopg
+
 import skiplock
 from skiplock.engine.model import Settlement
 from skiplock.engine.store import Store
@@ -71,6 +73,31 @@ def test_claim_only_from_own_queues_and_skips_paused(store, db_url):
     assert [t.id for t in store.tasks.task_claim(["a", "b"], 10, "w", 30)] == [a]
 
 
+def test_claim_lanes_leave_out_a_queue_whose_lanes_other_claims_hold(store, db_url, db):
+    """SKIPLOCK_CLAIM_LANES: a claim holds a lane of each queue it claims from until it commits;
+    with every lane of a queue held, another claim leaves that queue out and says so (crowded),
+    takes from the others, and never waits. A paused queue takes no lane."""
+    a = skiplock.enqueue_many(db_url, "t.noop", [{}] * 4, queue="a")
+    b = skiplock.enqueue_many(db_url, "t.noop", [{}] * 4, queue="b")
+    params = dict(queues=["a"], limit=1, owner="holder", lease_seconds=30, kind_max_attempts=None, park_limit=0,
+                  lanes=2)
+    # two claims of queue a in flight, on two connections: both of its lanes held to their commits
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        for conn in (first, second):
+            conn.execute(store.db.sql["task_claim"], params)
+        held = store.tasks.task_claim(["a", "b"], 10, "w", 30, lanes=2)
+        assert (sorted(t.id for t in held), held.crowded) == (sorted(b), 1)
+        assert store.tasks.task_claim(["a"], 10, "w", 30, lanes=3).crowded == 0  # a third lane is free
+        assert store.tasks.task_claim(["a"], 10, "w", 30).crowded == 0  # 0: no bound
+        store.tasks.pause_set("queue", "a")
+        assert store.tasks.task_claim(["a"], 10, "w", 30, lanes=2).crowded == 0  # paused, not crowded
+        store.tasks.pause_clear("queue", "a")
+    claimed = store.tasks.task_claim(["a"], 10, "w", 30, lanes=2)  # the holders committed: lanes free
+    assert claimed.crowded == 0
+    assert db.execute("SELECT count(*) FROM skiplock.tasks WHERE state = 'running' AND queue = 'a'"
+                      ).fetchone()[0] == len(a)
+
+
 def test_lease_tokens_strictly_increase_across_claims(store, db_url):
     skiplock.enqueue_many(db_url, "t.noop", [{}] * 5)
     first = store.tasks.task_claim(["default"], 2, "w", 30)
@@ -105,7 +132,7 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
         settlements = [Settlement(task_id=t.id, lease_token=t.lease_token, outcome="completed") for t in claimed]
         params = settle_params(settlements)
         params.update(queues=["default"], limit=100, owner="w", lease_seconds=30, kind_max_attempts=None,
-                      park_limit=0)
+                      park_limit=0, lanes=0)
 
         for name, pool in (("task_claim", store.db.claim_pool), ("task_settle", store.db.outcome_pool)):
             with store.db.connection(pool=pool) as conn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 
 import skiplock
@@ -37,15 +38,29 @@ def test_the_claimer_claims_up_to_the_free_slots(worker, db_url, db):
     assert worker.counts["claimed"] == 3
     assert states(db) == {"running": 3, "queued": 2}
     # every slot is taken: no claim is made at all
-    assert worker.claimer.run_once() == (0, 0)
+    assert worker.claimer.run_once() == (0, 0, False)
     assert states(db) == {"running": 3, "queued": 2}
+
+
+def test_a_claim_turned_away_by_its_lanes_is_not_a_sign_of_empty_queues(worker, db_url, db, store):
+    worker.claimer.lanes = 1
+    skiplock.enqueue_many(db_url, "t.noop", [{}] * 4)
+    params = dict(queues=["default"], limit=1, owner="holder", lease_seconds=30, kind_max_attempts=None,
+                  park_limit=0, lanes=1)
+    with psycopg.connect(db_url) as holder:  # another claim of the queue, in flight: its one lane held
+        holder.execute(store.db.sql["task_claim"], params)
+        assert worker.claimer.run_once() == (0, 3, True)
+        assert worker.metrics.claims_crowded._value.get() == 1
+    # the lane is free again: the next claim goes ahead at once, with no notification
+    assert worker.claimer.run_once() == (3, 3, False)
+    assert states(db) == {"running": 4}
 
 
 def test_a_claim_that_finds_the_queues_empty_waits_for_the_poll_or_a_notification(worker, db_url, db):
     skiplock.enqueue(db_url, "t.noop", {})
-    assert worker.claimer.run_once() == (1, 3)  # asked for all three free slots
+    assert worker.claimer.run_once() == (1, 3, False)  # asked for all three free slots
     skiplock.enqueue(db_url, "t.noop", {})
-    assert worker.claimer.run_once() == (0, 0)  # drained: not before the poll interval
+    assert worker.claimer.run_once() == (0, 0, False)  # drained: not before the poll interval
     worker.claimer.on_notify("default")
     assert worker.claimer.run_once().claimed == 1
 
@@ -67,7 +82,7 @@ def test_the_claimer_waits_for_the_writer_once_a_concurrency_of_outcomes_waits(w
     assert worker.claimer.run_once().claimed == 3  # 3 outcomes wait: still within the bound
     handlers_return()
     assert worker.completer.pending() == 6 and worker.slots.busy == 0
-    assert worker.claimer.run_once() == (0, 0)  # every slot free, but the writer is behind
+    assert worker.claimer.run_once() == (0, 0, False)  # every slot free, but the writer is behind
     assert states(db) == {"running": 6, "queued": 3}
     worker.slots.wake.clear()
     assert worker.completer.run_once() == 6

@@ -86,10 +86,13 @@ def control_wait(url: str) -> None:
         holder.execute("DELETE FROM skiplock.tasks WHERE id = %s", (task,))
 
 
-def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, processes):
+@pytest.mark.parametrize("lanes", [0, 2])
+def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, processes, lanes):
+    """lanes: SKIPLOCK_CLAIM_LANES (0: claims of the queue overlap freely; 2: at most two at once,
+    the others turned away without waiting)."""
     url = cluster.url
     migrate.apply(url)
-    workers = [processes.spawn(url, env=ENV) for _ in range(WORKERS)]
+    workers = [processes.spawn(url, env={**ENV, "SKIPLOCK_CLAIM_LANES": lanes}) for _ in range(WORKERS)]
     for proc in workers:
         processes.wait_ready(proc, timeout=60)
 
@@ -112,6 +115,8 @@ def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, p
         assert (claims, claimed_tasks) == (TASKS, TASKS)  # each task claimed once
         assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE attempts <> 1 OR reclaims <> 0") == 0
         assert owners == WORKERS  # all of them took part
+    crowded = sum(harness.scrape(proc.metrics_port).get("skiplock_claims_crowded_total", 0) for proc in workers)
+    assert (crowded > 0) == (lanes > 0), crowded  # with lanes, some claims were turned away
 
     logged = logged_waits(cluster.log_path)
     control_logged = [w for w in logged if w["app"] == CONTROL]
@@ -120,7 +125,8 @@ def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, p
     ours_sampled = [w for w in sampler.waits if w[0] != CONTROL]
     sampled = {kind: [w for w in ours_sampled if sampled_kind(*w) == kind] for kind in KINDS}
     logged_by = {kind: [w for w in ours_logged if logged_kind(w) == kind] for kind in KINDS}
-    print(f"{TASKS} tasks by {WORKERS} workers in {seconds:.1f} s; {sampler.samples} samples of "
+    print(f"{TASKS} tasks by {WORKERS} workers (claim lanes {lanes}, claims turned away {crowded:.0f}) in "
+          f"{seconds:.1f} s; {sampler.samples} samples of "
           f"pg_stat_activity, {sampler.busy} with a skiplock statement running (up to {sampler.most_active} at "
           f"once); lock waits of skiplock's backends, sampled / logged over 1 ms: "
           + "; ".join(f"{kind} {len(sampled[kind])} / {len(logged_by[kind])}" for kind in KINDS)

@@ -67,6 +67,10 @@ class Metrics:
         self.task_wait = Histogram("skiplock_task_wait_seconds",
                                    "Claim time minus the time the task became claimable.",
                                    ["queue"], buckets=_WAIT_BUCKETS, registry=r)
+        self.claims_crowded = Counter("skiplock_claims_crowded_total",
+                                      "Claims that left a queue out because another claim held each of its "
+                                      "lanes (SKIPLOCK_CLAIM_LANES); the worker looked again milliseconds later.",
+                                      registry=r)
         self.stale_writes_rejected = Counter("skiplock_stale_writes_rejected_total",
                                              "Fenced writes refused because the claim was lost.",
                                              ["operation"], registry=r)

@@ -163,13 +163,15 @@ class Claim(list):
     """What one claim statement did: the tasks it leased (the list itself), and what it saw of
     limited work. A list, so that a caller who wants only the tasks reads it as one."""
 
-    __slots__ = ("parked", "limited_work", "wake_in")
+    __slots__ = ("parked", "limited_work", "wake_in", "crowded")
 
-    def __init__(self, tasks=(), *, parked: int = 0, limited_work: bool = False, wake_in: float | None = None):
+    def __init__(self, tasks=(), *, parked: int = 0, limited_work: bool = False, wake_in: float | None = None,
+                 crowded: int = 0):
         super().__init__(tasks)
         self.parked = parked              # tasks of limited kinds it parked instead (task_claim)
         self.limited_work = limited_work  # a group of parked tasks may have work (task_claim)
         self.wake_in = wake_in            # seconds until a throttled group's bucket has a token (task_claim_limited)
+        self.crowded = crowded            # queues left out: every claim lane was taken (task_claim)
 
 
 @dataclasses.dataclass(frozen=True)

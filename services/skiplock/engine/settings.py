@@ -37,6 +37,7 @@ API_ROLES = ("reader", "submitter", "admin")
 # under it, with room to write the answer
 API_WORKER_TIMEOUT_SECONDS = 60
 API_MAX_WAIT_CEILING = 50.0
+CLAIM_LANES_MAX = 1000
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 # an EnvReader read given no default: the variable's declared one (VARIABLES, at the end)
 _DECLARED = object()
@@ -89,6 +90,7 @@ class Settings:
     max_reclaims: int = 10
     max_payload_bytes: int = 1024 * 1024
     claim_batch: int = 0  # 0: as many as free slots
+    claim_lanes: int = 0  # 0: no bound on the claims of one queue at once
     stuck_grace_seconds: float = 10.0
     metrics_port: int = 9090
     dev_api_port: int = 8080  # `skiplock dev` serves the HTTP API here (0: any free port)
@@ -165,6 +167,9 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_MAX_PAYLOAD_BYTES={self.max_payload_bytes}: must be >= 1")
         if self.claim_batch < 0:
             raise ConfigError(f"SKIPLOCK_CLAIM_BATCH={self.claim_batch}: must be >= 0")
+        if not 0 <= self.claim_lanes <= CLAIM_LANES_MAX:
+            raise ConfigError(f"SKIPLOCK_CLAIM_LANES={self.claim_lanes}: must be 0-{CLAIM_LANES_MAX} "
+                              "(0: no bound)")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"SKIPLOCK_METRICS_PORT={self.metrics_port}: must be 0-65535")
         if not 0 <= self.dev_api_port <= 65535:
@@ -282,6 +287,7 @@ class Settings:
             max_reclaims=env.integer("MAX_RECLAIMS"),
             max_payload_bytes=env.integer("MAX_PAYLOAD_BYTES"),
             claim_batch=env.integer("CLAIM_BATCH"),
+            claim_lanes=env.integer("CLAIM_LANES"),
             stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS"),
             metrics_port=env.integer("METRICS_PORT"),
             dev_api_port=env.integer("DEV_API_PORT"),
@@ -511,6 +517,10 @@ VARIABLES: tuple[Variable, ...] = (
              more="by `skiplock.enqueue`, `enqueue_many` and the API (413)"),
     Variable("MAX_RECLAIMS", 10, "lease expiries before a task is failed", _WORKER),
     Variable("CLAIM_BATCH", 0, "most tasks one claim takes; 0: as many as there are free slots", _WORKER),
+    Variable("CLAIM_LANES", 0, "most claims of one queue that run at once, across every worker (0: no bound); "
+             "a claim that finds them all taken looks again a few milliseconds later", _WORKER,
+             more="many worker processes on one queue and a small database: its CPU count "
+                  "(docs/OPERATIONS.md, many workers)", contract=True),
     Variable("STUCK_GRACE_SECONDS", 10.0, "after a kind's `timeout`, how long a handler that ignores "
              "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", _WORKER),
     Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),

@@ -31,10 +31,20 @@ log = logging.getLogger("skiplock.worker")
 # are parked (and in the rotation) soon, not `limit` tasks per claim later.
 PARK_BATCH = 1000
 
+# After a claim that found every claim lane of a queue taken (SKIPLOCK_CLAIM_LANES): the pause
+# before the next look, LANE_RETRY_FIRST doubled for each such claim in a row (the count falls by
+# one each time the claimer goes back to waiting for work), at most LANE_RETRY_MAX, times a random
+# 0.5-1.5 so that the workers turned away do not come back in step. While every lane is busy, the
+# claims holding them take the work: the waiting workers lose no throughput, and their slots fill
+# in one claim later instead of many small ones (shorter pauses measured slower:
+# tests/benchmarks/RESULTS.md).
+LANE_RETRY_FIRST, LANE_RETRY_MAX = 0.1, 1.0
+
 
 class Claimed(NamedTuple):
     claimed: int  # tasks claimed
     asked: int    # the claim's limit (0: no claim was made)
+    crowded: bool = False  # a queue was left out: every claim lane of it was taken
 
     @property
     def full(self) -> bool:
@@ -45,9 +55,10 @@ class Claimed(NamedTuple):
 class Claimer:
     def __init__(self, store: Store, slots: Slots, threads: HandlerThreads, registry: Registry,
                  metrics: Metrics, stop: Stop, owner: str, queues: Sequence[str], lease_seconds: float,
-                 outcomes_pending: Callable[[], int]):
+                 outcomes_pending: Callable[[], int], lanes: int = 0):
         self.store, self.slots, self.threads, self.registry = store, slots, threads, registry
         self.stop, self.owner, self.queues, self.lease_seconds = stop, owner, tuple(queues), lease_seconds
+        self.lanes = lanes  # SKIPLOCK_CLAIM_LANES (0: no bound)
         self._outcomes_pending = outcomes_pending  # for the log line of a failed claim
         self.db_ok = False  # the database answered the last claim (readiness)
         # written by the claim onto tasks enqueued without max_attempts: the number in force, which
@@ -66,6 +77,7 @@ class Claimer:
     def run(self) -> None:
         """Claim until stopped."""
         failures = 0
+        crowded_in_a_row = 0
         while not self.stop.is_set():
             try:
                 result = self.run_once()
@@ -81,6 +93,14 @@ class Claimer:
                 continue
             if result.full:
                 continue
+            if result.crowded:
+                # the queue has work that other claims are taking: look again in a moment. Not
+                # sooner when a slot frees (it would ask for a lane again at once, in a loop).
+                crowded_in_a_row += 1
+                pause = min(LANE_RETRY_MAX, LANE_RETRY_FIRST * 2 ** (crowded_in_a_row - 1))
+                self.stop.wait(pause * random.uniform(0.5, 1.5))
+                continue
+            crowded_in_a_row = max(0, crowded_in_a_row - 1)
             self.slots.wait_for_work()
             self.slots.gather()
 
@@ -91,15 +111,17 @@ class Claimer:
         limit, announced = self.slots.claim_limit()
         if not limit:
             return Claimed(0, 0)
-        tasks, refill_in, parked = [], None, 0
+        tasks, refill_in, parked, crowded = [], None, 0, 0
         limited_first = self._limited_work
         if limited_first:
             tasks, refill_in = self._claim_limited(limit)
         if len(tasks) < limit:
             claim = self.store.tasks.task_claim(self.queues, limit - len(tasks), self.owner, self.lease_seconds,
-                                                self._kind_max_attempts, PARK_BATCH if self._parking else 0)
+                                                self._kind_max_attempts, PARK_BATCH if self._parking else 0,
+                                                self.lanes)
             tasks += claim
             parked = claim.parked
+            crowded = claim.crowded
             self._parking = parked > 0
             self._limited_work = claim.limited_work or parked > 0
             if not limited_first and self._limited_work and len(tasks) < limit:
@@ -115,11 +137,14 @@ class Claimer:
         for queue, queue_waits in waits.items():
             observe_many(self._labelled(self._waited, self._metrics.task_wait, queue), queue_waits)
             self._labelled(self._claimed, self._metrics.tasks_claimed, queue).inc(len(queue_waits))
-        # parked tasks are claimable at once by the limited claim: not a sign of empty queues
-        self.slots.claimed(runs, limit - parked, announced, refill_in)
+        if crowded:
+            self._metrics.claims_crowded.inc()
+        # parked tasks are claimable at once by the limited claim, and a queue left out for its
+        # lanes has work: neither is a sign of empty queues
+        self.slots.claimed(runs, len(runs) if crowded else limit - parked, announced, refill_in)
         if runs:
             self.threads.dispatch(runs)
-        return Claimed(len(runs) + parked, limit)
+        return Claimed(len(runs) + parked, limit, crowded > 0)
 
     def _claim_limited(self, limit: int) -> tuple[list, float | None]:
         claim = self.store.tasks.task_claim_limited(self.queues, limit, self.owner, self.lease_seconds,

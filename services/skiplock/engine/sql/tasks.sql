@@ -157,9 +157,26 @@ SELECT idempotency_key, id FROM skiplock.tasks WHERE idempotency_key = ANY(%(key
 -- `park_limit` more rows may be picked for that: after a claim that parked some, the next parks
 -- a backlog of limited tasks in a few statements, not `limit` at a time (the tasks of other
 -- groups behind it wait for their turn in the rotation until they are parked).
-picked AS MATERIALIZED (
-    SELECT c.row_ctid, c.kind IN (SELECT l.kind FROM skiplock.limits AS l) AS park, c.priority, c.run_after, c.id
+-- `lanes` (SKIPLOCK_CLAIM_LANES; 0: no bound) bounds the claims of one queue that run at once,
+-- across every worker: a claim takes a free lane of each queue with pg_try_advisory_xact_lock
+-- (which never waits) and holds it to its commit; a queue whose lanes are all taken is left out of
+-- this claim, and counted in the summary row so that the worker looks again in a moment. Claims
+-- of one queue made at the same moment overlap at its head: each steps over the rows the others
+-- hold, and the rows it follows to their newer version stay locked, away from their owner's
+-- outcome, until it commits. The CASE takes no lane of a paused queue.
+claimed_queues AS MATERIALIZED (
+    SELECT q.name,
+           CASE WHEN q.name IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue') THEN 'paused'
+                WHEN %(lanes)s::integer = 0
+                  OR EXISTS (SELECT FROM generate_series(1, %(lanes)s::integer) AS lane
+                             WHERE pg_try_advisory_xact_lock(hashtext('skiplock.claim_lanes ' || q.name), lane))
+                THEN 'open'
+                ELSE 'crowded'
+           END AS lane
     FROM unnest(%(queues)s::text[]) AS q(name)
+), picked AS MATERIALIZED (
+    SELECT c.row_ctid, c.kind IN (SELECT l.kind FROM skiplock.limits AS l) AS park, c.priority, c.run_after, c.id
+    FROM claimed_queues AS q
     CROSS JOIN LATERAL (
         SELECT t.ctid AS row_ctid, t.id, t.priority, t.run_after, t.kind
         FROM skiplock.tasks AS t
@@ -171,7 +188,7 @@ picked AS MATERIALIZED (
         LIMIT %(limit)s::integer + %(park_limit)s::integer
         FOR UPDATE SKIP LOCKED
     ) AS c
-    WHERE q.name NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'queue')
+    WHERE q.lane = 'open'
     ORDER BY c.priority DESC, c.run_after, c.id
     LIMIT %(limit)s::integer + %(park_limit)s::integer
 ), taken AS MATERIALIZED (
@@ -226,7 +243,8 @@ INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data
 -- name: task_claim
 -- The claimed tasks, the columns of model.ClaimedTask in its order, then one summary row (id
 -- NULL): `attempt` holds the number of tasks parked, `lease_token` 1 if a group of limited tasks
--- may have work (task_claim_limited has something to look at).
+-- may have work (task_claim_limited has something to look at), `waited_seconds` the number of
+-- queues left out because every lane was taken.
 WITH {{_claim_ctes}}
 -- in claim order (the UPDATE returns them in the order of their ctids); the summary row last
 (SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
@@ -235,7 +253,8 @@ WITH {{_claim_ctes}}
  ORDER BY priority DESC, run_after, id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM parked)::integer,
-       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL, NULL, NULL, NULL;
+       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL,
+       (SELECT count(*) FROM claimed_queues WHERE lane = 'crowded')::float8, NULL, NULL;
 
 -- name: limit_group_lock
 -- The first statement of a claim of limited tasks, in its transaction: lock the groups to look at,

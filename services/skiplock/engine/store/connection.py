@@ -435,7 +435,7 @@ class Database:
         if use == "claims":
             conn.adapters.register_loader("jsonb", JsonbLoader)
             statement, params = "task_claim", dict(queues=["default"], limit=0, owner="", lease_seconds=1.0,
-                                                   kind_max_attempts=None, park_limit=0)
+                                                   kind_max_attempts=None, park_limit=0, lanes=0)
         else:
             from ..model import uuid7
             statement = "task_settle"

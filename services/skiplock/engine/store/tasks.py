@@ -99,17 +99,20 @@ class TaskStore:
 
     # -- the worker
     def task_claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
-                   kind_max_attempts: Mapping[str, int] | None = None, park_limit: int = 0) -> Claim:
+                   kind_max_attempts: Mapping[str, int] | None = None, park_limit: int = 0, lanes: int = 0
+                   ) -> Claim:
         """Lease up to `limit` claimable tasks of `queues` (on the claims connection, if the store
         has worker connections), parking those of limited kinds (up to `park_limit` more rows
         are read for that). A claimed task without max_attempts of its own gets its kind's from
-        `kind_max_attempts` ({kind: max_attempts})."""
+        `kind_max_attempts` ({kind: max_attempts}). `lanes` (0: no bound): a queue whose that many
+        claim lanes are all held by other claims is left out (Claim.crowded counts them)."""
         rows = self.db.fetch_as("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
                                                    lease_seconds=lease_seconds, park_limit=park_limit,
-                                                   kind_max_attempts=jsonb(kind_max_attempts)),
+                                                   kind_max_attempts=jsonb(kind_max_attempts), lanes=lanes),
                                 ClaimedTask, pool=self.db.claim_pool)
-        summary = rows.pop()  # the last row: id NULL, the parked count and the limited-work flag
-        return Claim(rows, parked=summary.attempt, limited_work=bool(summary.lease_token))
+        summary = rows.pop()  # the last row: id NULL, the parked count, the limited-work flag, the crowded queues
+        return Claim(rows, parked=summary.attempt, limited_work=bool(summary.lease_token),
+                     crowded=int(summary.waited_seconds))
 
     def task_claim_limited(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
                            kind_max_attempts: Mapping[str, int] | None = None, groups: int | None = None
