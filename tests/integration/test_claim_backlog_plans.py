@@ -48,9 +48,10 @@ def assert_claims_by_index(plan) -> None:
             assert node["Scan Direction"] == "Forward", node
             assert "queue = " in node["Index Cond"], node["Index Cond"]
             assert [a["Node Type"] for a in above[-2:]] == ["Limit", "LockRows"], [a["Node Type"] for a in above]
-    # the per-queue scan runs inside the loop over the queues: one lateral subquery per queue
+    # the per-queue scan runs inside the loop over the queues (each with its lane taken, or not):
+    # one lateral subquery per queue
     loops = [n for n, _ in plan_nodes(plan) if n["Node Type"] == "Nested Loop"]
-    assert any(any(c["Node Type"] == "Function Scan" and c.get("Function Name") == "unnest"
+    assert any(any(c["Node Type"] == "CTE Scan" and c.get("CTE Name") == "claimed_queues"
                    for c in n["Plans"]) for n in loops), plan
 
 
