@@ -188,10 +188,11 @@ def test_each_scheduled_fire_starts_a_trace_of_its_own(db_url, db, processes, tm
     contexts = [header_ids(context["traceparent"]) for _, context in rows[:2]]
     assert contexts[0][0] != contexts[1][0]  # a trace per fire
     spans = {s["context"]["span_id"]: s for s in span_files.read(spans_file)}
-    for trace_id, span_id in contexts:
+    for (trace_id, span_id), (task_id, _) in zip(contexts, rows):
         fire = spans[span_id]
         assert (fire["context"]["trace_id"], fire["parent_id"], fire["kind"]) == (trace_id, None, "SpanKind.PRODUCER")
         assert fire["attributes"]["skiplock.schedule.name"] == "tick"
+        assert fire["attributes"]["messaging.message.id"] == str(task_id)  # the task this fire created
 
 
 def test_a_worker_of_an_application_that_does_not_trace_loads_no_opentelemetry(db_url, db, processes):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
-from contextlib import nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -257,16 +256,31 @@ def delivery(carrier: Mapping[str, str] | None, *, url: str, event_type: str, de
 
 # -- the scheduler: a new trace per fire ---------------------------------------------------------
 
-_NO_FIRE = nullcontext()  # yields None: the task's context stays empty
+class _UntracedFire:
+    """A fire when nothing traces: no context for the task, nothing to name."""
+
+    carrier = None
+
+    def __enter__(self) -> "_UntracedFire":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        return None
+
+    def created(self, task_id) -> None:
+        return None
+
+
+_NO_FIRE = _UntracedFire()
 
 
 class _TracedFire:
-    __slots__ = ("tracer", "name", "queue", "nominal_at", "span", "token")
+    __slots__ = ("tracer", "name", "queue", "nominal_at", "span", "token", "carrier")
 
     def __init__(self, tracer, name: str, queue: str, nominal_at):
         self.tracer, self.name, self.queue, self.nominal_at = tracer, name, queue, nominal_at
 
-    def __enter__(self) -> dict[str, str] | None:
+    def __enter__(self) -> "_TracedFire":
         from opentelemetry import context, trace
 
         self.span = self.tracer.start_span(
@@ -275,7 +289,12 @@ class _TracedFire:
                         "messaging.operation.type": "create", "messaging.destination.name": self.queue,
                         "skiplock.schedule.name": self.name, "skiplock.schedule.nominal_at": self.nominal_at.isoformat()})
         self.token = context.attach(trace.set_span_in_context(self.span))
-        return current_carrier()
+        self.carrier = current_carrier()
+        return self
+
+    def created(self, task_id) -> None:
+        """The task this fire inserted: its id on the span, as a worker's span carries it."""
+        self.span.set_attribute("messaging.message.id", str(task_id))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         from opentelemetry import context
@@ -290,7 +309,8 @@ class _TracedFire:
 
 def schedule_fire(name: str, queue: str, nominal_at):
     """A context manager around one fire of a schedule: a root span (each fire is a trace of its
-    own). It yields the W3C context to store with the fired task, or None when nothing traces."""
+    own). It yields the fire: its `carrier`, the W3C context to store with the fired task (None
+    when nothing traces), and `created(task_id)`, which names the task on the span."""
     tracer = _tracer()
     return _NO_FIRE if tracer is None else _TracedFire(tracer, name, queue, nominal_at)
 

@@ -91,9 +91,10 @@ class Firer:
             if schedule.jitter_seconds:
                 spec.delay = random.uniform(0, schedule.jitter_seconds)
             # each fire is a trace of its own (None unless a tracer provider is set)
-            with tracing.schedule_fire(schedule.name, schedule.queue, fire.nominal_at) as trace_context:
-                spec.trace_context = trace_context
+            with tracing.schedule_fire(schedule.name, schedule.queue, fire.nominal_at) as traced:
+                spec.trace_context = traced.carrier
                 [previous] = tx.tasks.task_insert([spec])
+                traced.created(previous)
             fired.append((fire.nominal_at, previous))
             nominal_ats.append(fire.nominal_at), outcomes.append("fired")
             task_ids.append(previous), details.append(fire.detail)
