@@ -372,6 +372,8 @@ def test_good_values_render():
     ({"worker": {"podDeletionCost": {"enable": True}}}, "enable"),
     ({"networkPolicy": {"kubeApiEgress": [{"cidr": "10.0.0.1/32"}]}}, "port"),
     ({"worker": {"claimLanes": -1}}, "claimLanes"),
+    ({"api": {"limits": {"maxWaitSeconds": 51}}}, "maxWaitSeconds"),
+    ({"api": {"limits": {"maxWaits": -1}}}, "maxWaits"),
 ])
 def test_schema_refuses_bad_values(bad, message):
     import helm_python as helm
@@ -630,6 +632,17 @@ def test_pod_deletion_cost_off_renders_no_rbac_and_mounts_no_token():
         assert worker["automountServiceAccountToken"] is False
         env = r.env_of(worker["containers"][0])
         assert not {"SKIPLOCK_POD_DELETION_COST", "SKIPLOCK_POD_NAME", "SKIPLOCK_POD_NAMESPACE"} & set(env)
+
+
+def test_long_poll_bounds_reach_the_api():
+    def api_env(values):
+        objs = r.objects(r.render(values))
+        return r.env_of(r.pod_spec(r.by_name(objs, "Deployment", "skiplock-api"))["containers"][0])
+
+    default = api_env(GOOD)
+    assert (default["SKIPLOCK_API_MAX_WAIT_SECONDS"], default["SKIPLOCK_API_MAX_WAITS"]) == ("20", "2")
+    changed = api_env(_merge(GOOD, {"api": {"limits": {"maxWaitSeconds": 0, "maxWaits": 3}}}))
+    assert (changed["SKIPLOCK_API_MAX_WAIT_SECONDS"], changed["SKIPLOCK_API_MAX_WAITS"]) == ("0", "3")
 
 
 def test_claim_lanes_reach_the_workers_only_when_set():
