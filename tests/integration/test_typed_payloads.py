@@ -16,6 +16,7 @@ from tests.support.harness import free_port, wait_exit, wait_for
 from tests.support.typed_models import Order
 
 SUBMITTER = {"Authorization": f"Bearer {TOKENS['submitter']}"}
+ADMIN = {"Authorization": f"Bearer {TOKENS['admin']}"}
 TYPED = "tests.support.typed_handlers"
 
 
@@ -66,6 +67,17 @@ def test_typed_kinds_through_the_api_and_a_worker(processes, db_url, db):
         "tasks[1].payload of typed.order_async: 1 validation error for Order: address.zip: String should match "
         "pattern '^[0-9]{5}$' (input: '1')")
     assert task_count(db) == 0
+
+    # a schedule of a typed kind: its payload is checked when it is saved, not at its first fire
+    schedule = {"name": "nightly-order", "kind": "typed.order", "cron": "0 3 * * *"}
+    refused = typed_api.post("/v1/schedules", json={**schedule, "payload": {"qty": 2}}, headers=ADMIN)
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == (
+        "payload of typed.order: 1 validation error for Order: order_id: Field required")
+    assert db.execute("SELECT count(*) FROM skiplock.schedules").fetchone()[0] == 0
+    saved = typed_api.post("/v1/schedules", json={**schedule, "payload": {"order_id": "9"}}, headers=ADMIN)
+    assert saved.status_code == 201, saved.text
+    assert db.execute("SELECT payload FROM skiplock.schedules WHERE name = 'nightly-order'").fetchone()[0] == {
+        "order_id": 9, "qty": 1, "address": None, "tags": []}
 
     # accepted: stored in the model's JSON form, coerced, defaults filled in
     created = typed_api.post("/v1/tasks", json={"kind": "typed.order", "payload": {

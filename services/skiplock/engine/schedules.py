@@ -20,6 +20,7 @@ from .cron import CronExpression, parse_timezone
 from .definition_files import load_definitions
 from .errors import InvalidInput
 from .model import encode_payload
+from .payload_types import payload_for_enqueue
 from .settings import NAME_RE
 
 OVERLAP_POLICIES = ("skip", "allow", "buffer_one", "cancel_previous")
@@ -86,6 +87,9 @@ class Schedule:
             json.dumps(self.payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"payload: not JSON-serializable ({exc})") from None
+        # a kind whose payload model this process imported (@task(payload=...)): refused now, not
+        # at its first fire, and kept in the model's JSON form, as an enqueue stores it
+        object.__setattr__(self, "payload", payload_for_enqueue(self.kind, self.payload))
         if (self.cron is None) == (self.interval_seconds is None):
             raise InvalidInput("give exactly one of cron and interval_seconds "
                                f"(cron={self.cron!r}, interval_seconds={self.interval_seconds!r})")
