@@ -78,6 +78,13 @@ def test_typed_kinds_through_the_api_and_a_worker(processes, db_url, db):
     assert saved.status_code == 201, saved.text
     assert db.execute("SELECT payload FROM skiplock.schedules WHERE name = 'nightly-order'").fetchone()[0] == {
         "order_id": 9, "qty": 1, "address": None, "tags": []}
+    # one saved as given by an API that does not know the model: the typed API still lists it
+    stored_raw = raw_api.post("/v1/schedules", json={**schedule, "name": "raw-order", "payload": {"qty": "x"}},
+                              headers=ADMIN)
+    assert stored_raw.status_code == 201, stored_raw.text
+    listed = typed_api.get("/v1/schedules", headers=ADMIN)
+    assert listed.status_code == 200, listed.text
+    assert {s["name"]: s["payload"] for s in listed.json()["schedules"]}["raw-order"] == {"qty": "x"}
 
     # accepted: stored in the model's JSON form, coerced, defaults filled in
     created = typed_api.post("/v1/tasks", json={"kind": "typed.order", "payload": {

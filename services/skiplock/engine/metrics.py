@@ -68,8 +68,8 @@ class Metrics:
                                    "Claim time minus the time the task became claimable.",
                                    ["queue"], buckets=_WAIT_BUCKETS, registry=r)
         self.claims_crowded = Counter("skiplock_claims_crowded_total",
-                                      "Claims that left a queue out because another claim held each of its "
-                                      "lanes (SKIPLOCK_CLAIM_LANES); the worker looked again milliseconds later.",
+                                      "Claims that left a queue out because other claims held each of its "
+                                      "lanes (SKIPLOCK_CLAIM_LANES); the worker looked again after a pause.",
                                       registry=r)
         self.stale_writes_rejected = Counter("skiplock_stale_writes_rejected_total",
                                              "Fenced writes refused because the claim was lost.",

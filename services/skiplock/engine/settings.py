@@ -518,9 +518,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("MAX_RECLAIMS", 10, "lease expiries before a task is failed", _WORKER),
     Variable("CLAIM_BATCH", 0, "most tasks one claim takes; 0: as many as there are free slots", _WORKER),
     Variable("CLAIM_LANES", 0, "most claims of one queue that run at once, across every worker (0: no bound); "
-             "a claim that finds them all taken looks again a few milliseconds later", _WORKER,
-             more="many worker processes on one queue and a small database: its CPU count "
-                  "(docs/OPERATIONS.md, many workers)", contract=True),
+             "a worker that finds them all taken looks again after a pause of about 0.1 s, doubling to 1 s",
+             _WORKER, more="many worker processes on one queue and a database short of CPU: about its CPU count "
+                           "(docs/SCALING.md, many worker processes on one queue)", contract=True),
     Variable("STUCK_GRACE_SECONDS", 10.0, "after a kind's `timeout`, how long a handler that ignores "
              "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", _WORKER),
     Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),
