@@ -24,7 +24,10 @@ processes (concurrency 100 each), each count in a fresh copy. The queue is pause
 processes start and resumed once all have registered (on 2 cores, 8 processes' start-up would
 otherwise overlap the first ones' work): the rate from the first completion to the last
 (finished_at), and from the release to the last completion. Meanwhile pg_stat_activity is
-sampled every 20 ms for skiplock backends waiting on a lock. Each --claim-lanes value
+sampled every 20 ms for skiplock backends waiting on a lock. Each drain also reports the work it
+cost the server, which the machine's load does not move as it moves a rate: the buffers its
+database's backends read or found in cache (pg_stat_database), and the WAL written, per task.
+Each --claim-lanes value
 (SKIPLOCK_CLAIM_LANES of the workers; 0: no bound) is a table of its own, its runs alternating with
 the others'.
 
@@ -169,13 +172,15 @@ def workers_table(n: int, counts: list[int], lanes: int, runs: dict[int, list[di
     print(f"\n### A drain of {n:,} tasks on one queue by several worker processes (concurrency {CONCURRENCY} "
           f"each, SKIPLOCK_CLAIM_LANES={lanes}, median of {repeat})\n")
     print("| processes | tasks/s, first to last completion | each run | from the release | "
-          f"vs {counts[0]} | lock waits sampled: row or transaction / extension (samples) |")
-    print("|---:|---:|---|---:|---:|---|")
+          f"vs {counts[0]} | buffers per task | WAL bytes per task | "
+          "lock waits sampled: row or transaction / extension (samples) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---|")
     for k, results in runs.items():
         rate = statistics.median(r["steady"] for r in results)
         each = ", ".join(f"{r['steady']:,.0f}" for r in results)
         print(f"| {k} | {rate:,.0f} | {each} | "
               f"{statistics.median(r['from_release'] for r in results):,.0f} | {rate / base:.2f} | "
+              f"{statistics.median(r['buffers'] for r in results):.1f} | {statistics.median(r['wal'] for r in results):,.0f} | "
               f"{sum(r['conflicts'] for r in results)} / {sum(r['extensions'] for r in results)} "
               f"({sum(r['samples'] for r in results)}) |")
 
@@ -189,18 +194,39 @@ def drain(dbs: Databases, n: int, k: int, lanes: int) -> dict:
                 for _ in range(k):
                     workers.spawn(url, ["default"], CONCURRENCY, env={"SKIPLOCK_CLAIM_LANES": str(lanes)})
             released = time.time()
+            work_before = database_work(conn)
             with LockSampler(url, interval=0.02) as sampler:
                 try:
                     wait_completed(conn, workers, n, timeout=120 + n / 200)
                 finally:
                     workers.stop()
+            # read once the workers' backends are gone: each reports the last of its counts as it ends
+            wait_backends_gone(conn)
+            buffers, wal_bytes = (after - before for after, before in zip(database_work(conn), work_before))
             stamps = times(conn, "finished_at")
         waits = [w[1] for w in sampler.waits]
         return {"steady": steady(stamps, 0).per_second, "from_release": n / (stamps[-1] - released),
+                "buffers": buffers / n, "wal": wal_bytes / n,
                 "conflicts": sum(not is_extension(w) for w in waits), "extensions": sum(map(is_extension, waits)),
                 "samples": sampler.samples}
     finally:
         dbs.drop(name)
+
+
+def wait_backends_gone(conn: psycopg.Connection, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()[0]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the workers' backends still connected {timeout:.0f} s after they stopped")
+        time.sleep(0.01)
+
+
+def database_work(conn: psycopg.Connection) -> tuple[int, int]:
+    """Buffers read or found in cache by the database's backends, and WAL bytes written by the
+    server: the work of a drain, which, unlike its rate, does not move with the machine's load."""
+    return conn.execute("SELECT (SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()), "
+                        "       (SELECT wal_bytes FROM pg_stat_wal)::bigint").fetchone()
 
 
 def main(argv: list[str] | None = None) -> int:
