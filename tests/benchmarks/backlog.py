@@ -26,7 +26,9 @@ otherwise overlap the first ones' work): the rate from the first completion to t
 (finished_at), and from the release to the last completion. Meanwhile pg_stat_activity is
 sampled every 20 ms for skiplock backends waiting on a lock. Each drain also reports the work it
 cost the server, which the machine's load does not move as it moves a rate: the buffers its
-database's backends read or found in cache (pg_stat_database), and the WAL written, per task.
+database's backends read or found in cache (pg_stat_database), and the WAL written, per task;
+and the share of its outcomes written again because another transaction held their row
+(skiplock_outcome_writes_busy_total, scraped from the workers).
 Each --claim-lanes value
 (SKIPLOCK_CLAIM_LANES of the workers; 0: no bound) is a table of its own, its runs alternating with
 the others'.
@@ -50,6 +52,7 @@ from skiplock.engine.store import Store
 from tests.benchmarks.queue_drains import (Databases, SnapshotWatch, Workers, autovacuums, header, held_back,
                                            load_average, prepare, server, slices, steady, times, wait_claims,
                                            wait_completed)
+from tests.support.harness import free_port, scrape
 from tests.support.lock_watch import LockSampler, is_extension
 from tests.support.plans import explain_prepared
 
@@ -172,15 +175,16 @@ def workers_table(n: int, counts: list[int], lanes: int, runs: dict[int, list[di
     print(f"\n### A drain of {n:,} tasks on one queue by several worker processes (concurrency {CONCURRENCY} "
           f"each, SKIPLOCK_CLAIM_LANES={lanes}, median of {repeat})\n")
     print("| processes | tasks/s, first to last completion | each run | from the release | "
-          f"vs {counts[0]} | buffers per task | WAL bytes per task | "
+          f"vs {counts[0]} | buffers per task | WAL bytes per task | outcomes written again for a row held | "
           "lock waits sampled: row or transaction / extension (samples) |")
-    print("|---:|---:|---|---:|---:|---:|---:|---|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---|")
     for k, results in runs.items():
         rate = statistics.median(r["steady"] for r in results)
         each = ", ".join(f"{r['steady']:,.0f}" for r in results)
         print(f"| {k} | {rate:,.0f} | {each} | "
               f"{statistics.median(r['from_release'] for r in results):,.0f} | {rate / base:.2f} | "
               f"{statistics.median(r['buffers'] for r in results):.1f} | {statistics.median(r['wal'] for r in results):,.0f} | "
+              f"{statistics.median(r['written_again'] for r in results):.1%} | "
               f"{sum(r['conflicts'] for r in results)} / {sum(r['extensions'] for r in results)} "
               f"({sum(r['samples'] for r in results)}) |")
 
@@ -191,13 +195,17 @@ def drain(dbs: Databases, n: int, k: int, lanes: int) -> dict:
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             with held_back(url, "default", workers, k):
-                for _ in range(k):
-                    workers.spawn(url, ["default"], CONCURRENCY, env={"SKIPLOCK_CLAIM_LANES": str(lanes)})
+                ports = [free_port() for _ in range(k)]
+                for port in ports:
+                    workers.spawn(url, ["default"], CONCURRENCY,
+                                  env={"SKIPLOCK_CLAIM_LANES": str(lanes), "SKIPLOCK_METRICS_PORT": str(port)})
             released = time.time()
             work_before = database_work(conn)
             with LockSampler(url, interval=0.02) as sampler:
                 try:
                     wait_completed(conn, workers, n, timeout=120 + n / 200)
+                    written_again = sum(scrape(port).get('skiplock_outcome_writes_busy_total{queue="default"}', 0)
+                                        for port in ports)
                 finally:
                     workers.stop()
             # read once the workers' backends are gone: each reports the last of its counts as it ends
@@ -206,7 +214,7 @@ def drain(dbs: Databases, n: int, k: int, lanes: int) -> dict:
             stamps = times(conn, "finished_at")
         waits = [w[1] for w in sampler.waits]
         return {"steady": steady(stamps, 0).per_second, "from_release": n / (stamps[-1] - released),
-                "buffers": buffers / n, "wal": wal_bytes / n,
+                "buffers": buffers / n, "wal": wal_bytes / n, "written_again": written_again / n,
                 "conflicts": sum(not is_extension(w) for w in waits), "extensions": sum(map(is_extension, waits)),
                 "samples": sampler.samples}
     finally:

@@ -128,10 +128,33 @@ def test_the_completer_writes_again_an_outcome_whose_row_another_transaction_hel
         assert worker.completer.run_once() == 2  # returns at once: no wait for the row
         assert worker.completer.pending() == 1 and worker.slots.in_flight() == 1
         assert states(db) == {"completed": 1, "running": 1}
+    busy = worker.metrics.outcome_writes_busy.labels("default")
+    assert busy._value.get() == 1
     assert worker.completer.run_once() == 1
     assert worker.completer.pending() == 0 and worker.slots.in_flight() == 0
     assert worker.counts["settled"] == 2 and worker.counts["rejected"] == 0
     assert states(db) == {"completed": 2}
+    assert busy._value.get() == 1  # counted once: the second write went through
+
+
+def test_an_outcome_on_the_handlers_own_transaction_is_written_again_while_its_row_is_held(worker, db_url, db):
+    import threading
+
+    task_id = skiplock.enqueue(db_url, "t.noop", {})
+    assert worker.claimer.run_once().claimed == 1
+    (run,) = worker.slots.held()
+    with run.ctx.transaction() as conn:  # what a handler does with ctx.transaction()
+        conn.execute("SELECT 1")
+    other = psycopg.connect(db_url)
+    other.execute("SELECT 1 FROM skiplock.tasks WHERE id = %s FOR UPDATE", (task_id,))
+    threading.Timer(0.2, other.commit).start()  # the row is let go while the writes are retried
+    try:
+        worker.completer.accept(run, settlement(run, "completed", result=None))
+    finally:
+        other.close()
+    assert states(db) == {"completed": 1}
+    assert worker.counts["settled"] == 1
+    assert worker.metrics.outcome_writes_busy.labels("default")._value.get() >= 1
 
 
 def test_the_keeper_heartbeats_every_claim_and_gives_up_lost_ones(worker, db_url, db):

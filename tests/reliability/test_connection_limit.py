@@ -5,6 +5,7 @@ every slot is taken: they wait with one log line naming the cause instead of exi
 once slots free up. Then nothing is lost, no handler waits forever for a connection (the drain
 ends), and the pool metrics show the waits. A worker that finds no slot free keeps waiting, and
 claims nothing until one frees: it starts when a started worker stops, as on a scale-in.
+A worker that can get no connection at all still stops within seconds of SIGTERM.
 
 The server is the test's own (ThrowawayCluster); the workers connect as an ordinary role, so the
 superuser's reserved slots stay free for the test's own checks."""
@@ -12,6 +13,7 @@ superuser's reserved slots stay free for the test's own checks."""
 from __future__ import annotations
 
 import signal
+import time
 
 import psycopg
 import pytest
@@ -35,13 +37,19 @@ def cluster():
         yield pg
 
 
-def test_workers_share_a_full_connection_limit_and_lose_nothing(cluster, processes):
+def app_url(cluster: ThrowawayCluster) -> str:
+    """The URL of an ordinary role that owns the database, migrated."""
     with psycopg.connect(cluster.url, autocommit=True) as conn:
         conn.execute("CREATE ROLE app LOGIN")
         conn.execute("ALTER DATABASE postgres OWNER TO app")
         conn.execute("ALTER SCHEMA public OWNER TO app")
     url = cluster.url.replace("postgres@", "app@", 1)
     migrate.apply(url)
+    return url
+
+
+def test_workers_share_a_full_connection_limit_and_lose_nothing(cluster, processes):
+    url = app_url(cluster)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(harness.SUPPORT_SCHEMA)
     skiplock.enqueue_many(url, "t.ledger", [{"sleep": 0.01}] * TASKS)
@@ -98,3 +106,30 @@ def test_workers_share_a_full_connection_limit_and_lose_nothing(cluster, process
     for proc in workers:
         assert proc is leaving or proc.alive(), proc.log()[-3000:]
         assert proc.log().count("no free connection slot") == 1
+
+
+def test_a_worker_that_can_get_no_connection_stops_at_once(cluster, processes):
+    """SIGTERM while none of the worker's connections can be had: it holds no task, so it exits
+    within seconds, not after the claim's wait for its connection and the registry delete's (15 s
+    each: a pod past its termination grace, killed). The role's connection limit makes every
+    new connection fail, as a full max_connections does."""
+    url = app_url(cluster)
+    proc = processes.spawn(url, env=ENV, tasks="tests.support.fault_handlers")
+    processes.wait_ready(proc)
+    with psycopg.connect(cluster.url, autocommit=True) as db:
+        db.execute("ALTER ROLE app CONNECTION LIMIT 0")
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'")
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'") == 0, 10,
+                 message="the worker's backends to end")
+    # the claimer's next claim (every poll interval, 1 s) waits for a connection that cannot be had
+    wait_for(lambda: "too many connections for role" in proc.log(), 10, message="a refused reconnection")
+    time.sleep(1.5)
+    proc.signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert proc.wait(20) == 0, proc.log()[-3000:]
+    took = time.monotonic() - sent
+    log = proc.log()
+    print(f"stopped {took:.1f} s after SIGTERM with no connection to be had")
+    assert took < 12, log[-3000:]
+    assert "could not remove this worker from the registry" in log  # it gave up on the delete
+    assert "claim failed; retrying" not in log[log.index("SIGTERM received"):]

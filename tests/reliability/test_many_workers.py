@@ -115,7 +115,9 @@ def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, p
         assert (claims, claimed_tasks) == (TASKS, TASKS)  # each task claimed once
         assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE attempts <> 1 OR reclaims <> 0") == 0
         assert owners == WORKERS  # all of them took part
-    crowded = sum(harness.scrape(proc.metrics_port).get("skiplock_claims_crowded_total", 0) for proc in workers)
+    metrics = [harness.scrape(proc.metrics_port) for proc in workers]
+    crowded = sum(m.get("skiplock_claims_crowded_total", 0) for m in metrics)
+    written_again = sum(m.get('skiplock_outcome_writes_busy_total{queue="default"}', 0) for m in metrics)
     assert (crowded > 0) == (lanes > 0), crowded  # with lanes, some claims were turned away
 
     logged = logged_waits(cluster.log_path)
@@ -125,7 +127,8 @@ def test_eight_workers_drain_one_queue_and_no_claim_waits_for_another(cluster, p
     ours_sampled = [w for w in sampler.waits if w[0] != CONTROL]
     sampled = {kind: [w for w in ours_sampled if sampled_kind(*w) == kind] for kind in KINDS}
     logged_by = {kind: [w for w in ours_logged if logged_kind(w) == kind] for kind in KINDS}
-    print(f"{TASKS} tasks by {WORKERS} workers (claim lanes {lanes}, claims turned away {crowded:.0f}) in "
+    print(f"{TASKS} tasks by {WORKERS} workers (claim lanes {lanes}, claims turned away {crowded:.0f}, "
+          f"outcomes written again for a row held {written_again:.0f}) in "
           f"{seconds:.1f} s; {sampler.samples} samples of "
           f"pg_stat_activity, {sampler.busy} with a skiplock statement running (up to {sampler.most_active} at "
           f"once); lock waits of skiplock's backends, sampled / logged over 1 ms: "

@@ -71,6 +71,11 @@ class Metrics:
                                       "Claims that left a queue out because other claims held each of its "
                                       "lanes (SKIPLOCK_CLAIM_LANES); the worker looked again after a pause.",
                                       registry=r)
+        self.outcome_writes_busy = Counter("skiplock_outcome_writes_busy_total",
+                                           "Outcomes written again because another transaction held their task's "
+                                           "row for the moment: most often another worker's claim that overlapped "
+                                           "this one at the queue's head (SKIPLOCK_CLAIM_LANES).",
+                                           ["queue"], registry=r)
         self.stale_writes_rejected = Counter("skiplock_stale_writes_rejected_total",
                                              "Fenced writes refused because the claim was lost.",
                                              ["operation"], registry=r)

@@ -85,6 +85,8 @@ class Claimer:
                 failures = 0
             except DB_ERRORS as exc:
                 self.db_ok = False
+                if self.stop.is_set():
+                    break  # a claim cut short by the stop (Database.end_claim_waits): nothing to retry
                 failures = failures_after(failures, exc)
                 delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
                 log.warning("claim failed; retrying", extra={"error": short(exc), "retry_in": round(delay, 2),

@@ -193,7 +193,15 @@ class Completer:
             return batch
         self._busy_rounds += 1
         self._outcomes.extend(busy)
+        self._count_busy(busy)
         return [r for r in batch if applied.get(r.task.id) != BUSY]
+
+    def _count_busy(self, runs: Sequence[Run]) -> None:
+        by_queue: dict[str, int] = {}
+        for run in runs:
+            by_queue[run.task.queue] = by_queue.get(run.task.queue, 0) + 1
+        for queue, n in by_queue.items():
+            self._child(self.metrics.outcome_writes_busy, queue).inc(n)
 
     def _take(self) -> list[Run]:
         batch = []
@@ -214,7 +222,7 @@ class Completer:
             return
         try:
             with translated_errors(conn):
-                applied = self._settle_held(outcome, conn)
+                applied = self._settle_held(run, outcome, conn)
                 if applied:
                     conn.commit()
                 else:
@@ -237,12 +245,13 @@ class Completer:
         run.settlement = outcome
         self._record([run], applied)
 
-    def _settle_held(self, outcome: Settlement, conn) -> dict[uuid.UUID, str]:
+    def _settle_held(self, run: Run, outcome: Settlement, conn) -> dict[uuid.UUID, str]:
         """task_settle on a handler's own transaction, written again while its row is BUSY."""
         for pause in _HELD_PAUSES:
             applied = self.store.tasks.task_settle([outcome], conn=conn)
             if applied.get(outcome.task_id) != BUSY:
                 return applied
+            self._count_busy([run])
             time.sleep(pause)
         raise DatabaseUnavailable("the task's row stayed held by another transaction")
 
@@ -264,6 +273,7 @@ class Completer:
                 self.submit(run)  # connection trouble: back in line for the normal retry
                 continue
             if applied.get(run.task.id) == BUSY:
+                self._count_busy([run])
                 self.submit(run)
                 continue
             self._record([run], applied)

@@ -41,7 +41,7 @@ class Registration:
             log.warning("worker registered again after its row was removed", extra={"worker": self.record.id})
         self.beats += 1
 
-    def remove(self) -> None:
-        """A clean exit: delete the row; raises on database trouble (the maintenance deletes it
-        three leases later)."""
-        self.store.workers.worker_delete(self.record.id)
+    def remove(self, timeout: float | None = None) -> None:
+        """A clean exit: delete the row, waiting at most `timeout` for a connection; raises on
+        database trouble (the maintenance deletes it three leases later)."""
+        self.store.workers.worker_delete(self.record.id, timeout=timeout)

@@ -50,6 +50,11 @@ from .store_errors import DB_ERRORS, short
 
 log = logging.getLogger("skiplock.worker")
 
+# The longest a stopping worker waits for a connection to delete its registry row. The row is a
+# courtesy to operators (the maintenance deletes it three leases later), not worth a pod that
+# outlives its termination grace while every connection slot of the database is taken.
+REGISTRY_DELETE_WAIT = 2.0
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
@@ -99,6 +104,8 @@ class Worker:
         self.slots = Slots(config.concurrency, config.claim_batch, config.poll_seconds, self.stop.requested,
                            self.metrics.worker_inflight)
         self.stop.on_set(self.slots.wake.set)
+        # a claim still waiting for its connection when the stop comes would hold up the drain
+        self.stop.on_set(store.db.end_claim_waits)
         self.completer = Completer(store, self.slots, self.metrics, self.stop.urgent)
         self.threads = HandlerThreads(Executor(settings.tasks, config.stuck_grace_seconds), self.completer.accept)
         self.claimer = Claimer(store, self.slots, self.threads, self.registry, self.metrics, self.stop, self.name,
@@ -184,7 +191,7 @@ class Worker:
             thread.join(timeout=5)
         if self.keeper.registering:  # after the keeper stopped: no beat comes after the delete
             try:
-                self.registration.remove()
+                self.registration.remove(timeout=REGISTRY_DELETE_WAIT)
             except DB_ERRORS as exc:
                 log.warning("could not remove this worker from the registry", extra={"error": short(exc)})
         if self.listener is not None:

@@ -238,7 +238,7 @@ def _set_statement_timeout(milliseconds: int, conn: psycopg.Connection) -> None:
 _BORROW_SLICE = 0.5
 
 
-def _borrow(lent: ExitStack, pool: ConnectionPool, timeout: float, exhausted: dict[str, int]
+def _borrow(lent: ExitStack, pool: _Pool, timeout: float, exhausted: dict[str, int]
             ) -> psycopg.Connection:
     """A connection of `pool`, returned when `lent` closes; waits up to `timeout` in slices.
     A borrower that gives up is counted in `exhausted` and told what the pool holds. A
@@ -251,6 +251,9 @@ def _borrow(lent: ExitStack, pool: ConnectionPool, timeout: float, exhausted: di
         try:
             conn = attempt.enter_context(pool.connection(timeout=max(0.001, min(_BORROW_SLICE, remaining))))
         except PoolTimeout as exc:
+            if pool.waits_ended:
+                raise DatabaseUnavailable(f"stopped waiting for a connection of pool {pool.name!r}: "
+                                          "its user is stopping") from exc
             if remaining <= _BORROW_SLICE:
                 exhausted[pool.name] = exhausted.get(pool.name, 0) + 1
                 raise DatabaseUnavailable(_exhausted_message(pool, timeout)) from exc
@@ -356,6 +359,9 @@ class _Pool(ConnectionPool):
     timeout alone does not). psycopg_pool logs the attempt, but not where a handler's error is."""
 
     last_connect_error: str | None = None
+    # set once no borrower should wait any more (end_claim_waits): a waiting one gives up within
+    # a slice of _borrow, one that finds a connection free still takes it
+    waits_ended: bool = False
 
     def _connect(self, timeout: float | None = None):
         try:
@@ -448,6 +454,14 @@ class Database:
     def _pools(self) -> list[ConnectionPool]:
         return [p for p in (self.claim_pool, self.outcome_pool, self.pool) if p is not None]
 
+    def end_claim_waits(self) -> None:
+        """A stopping worker claims nothing more: a claim waiting for the claims connection (all
+        of the database's connection slots taken, say) gives up now instead of at its timeout,
+        so the drain does not wait for it. Outcomes and heartbeats still wait as before. Without
+        worker connections, claims share the pool with everything else: nothing changes."""
+        if self.claim_pool is not None:
+            self.claim_pool.waits_ended = True
+
     def pool_stats(self) -> dict[str, dict[str, int]]:
         """Each pool's figures by its name: psycopg_pool's get_stats(), and `exhausted`, the
         borrowers that gave up waiting (the pool metrics, engine/metrics.py)."""
@@ -473,9 +487,11 @@ class Database:
                                               self.exhausted)
             yield conn
 
-    def fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None) -> list[tuple]:
-        """All rows of statement `name`, as tuples."""
-        with self.connection(pool=pool) as conn:
+    def fetch(self, name: str, params: dict, *, pool: ConnectionPool | None = None,
+              timeout: float | None = None) -> list[tuple]:
+        """All rows of statement `name`, as tuples; `timeout`: the longest wait for a connection
+        (default the pool's)."""
+        with self.connection(timeout, pool=pool) as conn:
             return conn.execute(self.sql[name], params).fetchall()
 
     def fetch_as(self, name: str, params: dict, row_type: type, *, pool: ConnectionPool | None = None) -> list:

@@ -41,9 +41,10 @@ class WorkerStore:
             concurrency=record.concurrency, in_flight=record.in_flight, version=record.version,
             lease_seconds=record.lease_seconds))[0][0]
 
-    def worker_delete(self, worker_id: str) -> bool:
-        """A clean exit; False when the row was already gone."""
-        return bool(self.db.fetch("worker_delete", {"id": worker_id}))
+    def worker_delete(self, worker_id: str, timeout: float | None = None) -> bool:
+        """A clean exit; False when the row was already gone. `timeout`: the longest wait for a
+        connection (default the pool's)."""
+        return bool(self.db.fetch("worker_delete", {"id": worker_id}, timeout=timeout))
 
     def worker_delete_stale(self, leases: float) -> list[tuple[str, str, int]]:
         """Rows whose heartbeat is older than `leases` of their own leases: [(id, host, pid)]."""
