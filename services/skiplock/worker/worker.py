@@ -105,7 +105,7 @@ class Worker:
                            self.metrics.worker_inflight)
         self.stop.on_set(self.slots.wake.set)
         # a claim still waiting for its connection when the stop comes would hold up the drain
-        self.stop.on_set(store.db.end_claim_waits)
+        self.stop.on_set(self._end_claim_waits)
         self.completer = Completer(store, self.slots, self.metrics, self.stop.urgent)
         self.threads = HandlerThreads(Executor(settings.tasks, config.stuck_grace_seconds), self.completer.accept)
         self.claimer = Claimer(store, self.slots, self.threads, self.registry, self.metrics, self.stop, self.name,
@@ -199,6 +199,9 @@ class Worker:
         self.threads.stop_event_loop()
         self.metrics.worker_inflight.set(0)
         log.info("worker stopped", extra={"released": released, **self.counts})
+
+    def _end_claim_waits(self) -> None:
+        self.store.db.end_claim_waits()
 
     def release_unfinished(self, reason: str) -> int:
         """Give every run whose handler is still running back to its queue ('released', no attempt
