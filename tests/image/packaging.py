@@ -1,9 +1,11 @@
 """Building and installing skiplock the way it ships, without the network once warm.
 
 The wheel is built from a clean copy of the files a build reads (what the image's build stage
-copies), so the checkout gets no build/ or egg-info and concurrent runs share nothing. Build and
-runtime dependencies come as wheels from a cache directory: pip fills it with the host's own index
-configuration when something is missing, and every later run installs with `--no-index`.
+copies), so the checkout gets no build/ or egg-info and concurrent runs share nothing. It is built
+by the suite's own setuptools (the lock's `build` group), as the image builds it, without build
+isolation. Runtime dependencies are the lock's (requirements/image.txt, with hashes) and come as
+wheels from a cache directory: pip fills it with the host's own index configuration when something
+is missing, and every later run installs with `--no-index`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from tests.support.harness import ROOT
 # what docker/Dockerfile's build stage copies; a wheel built from these alone is what users get
 BUILD_INPUTS = ("pyproject.toml", "README.md", "services")
 PIP = (sys.executable, "-m", "pip")
+# what the image's venv holds, pinned with hashes (scripts/lock exports it from uv.lock)
+IMAGE_REQUIREMENTS = ROOT / "requirements" / "image.txt"
 
 
 def run(argv, timeout: float, **kwargs) -> subprocess.CompletedProcess:
@@ -47,10 +51,9 @@ def build_wheel(workdir: Path, cache: Path) -> Path:
                             ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(ROOT / name, source / name)
-    requires = _build_requires(source / "pyproject.toml")
     dist = workdir / "dist"
-    _offline([*PIP, "wheel", "--no-deps", "--quiet", "--wheel-dir", dist, source], cache,
-             fill=["download", *requires])
+    run([*PIP, "wheel", "--no-deps", "--no-build-isolation", "--quiet", "--wheel-dir", dist, source],
+        timeout=300)
     (wheel,) = dist.glob("skiplock-*.whl")
     return wheel
 
@@ -59,12 +62,8 @@ def install(wheel: Path, venv: Path, cache: Path) -> Path:
     """A new venv (without pip, which it does not need) holding `wheel` and its dependencies, and
     nothing of the checkout; returns its bin directory."""
     run([sys.executable, "-m", "venv", "--without-pip", venv], timeout=60)
-    _offline([*PIP, "--python", venv / "bin" / "python", "install", "--quiet", wheel], cache,
-             fill=["wheel", wheel])
+    target = (*PIP, "--python", venv / "bin" / "python", "install", "--quiet", "--no-deps")
+    _offline([*target, "--require-hashes", "-r", IMAGE_REQUIREMENTS], cache,
+             fill=["download", "--require-hashes", "--no-deps", "-r", IMAGE_REQUIREMENTS])
+    run([*target, wheel], timeout=120)
     return venv / "bin"
-
-
-def _build_requires(pyproject: Path) -> list[str]:
-    import tomllib
-
-    return tomllib.loads(pyproject.read_text())["build-system"]["requires"]
