@@ -13,7 +13,22 @@ CHART = ROOT / "charts" / "skiplock"
 SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "skiplock"
 NAMESPACE = "skiplock"
-KUBE_VERSION = "1.37.0"  # the newest kubernetes-validate ships schemas for
+# The chart is linted and validated against the newest Kubernetes whose schemas the installed
+# kubernetes-validate ships (a release that adds one moves the tests to it), never below the floor
+# this suite was written against (pyproject.toml's kubernetes-validate>=1.37).
+KUBE_VERSION_FLOOR = "1.37.0"
+
+
+def newest_kube_version(floor: str = KUBE_VERSION_FLOOR) -> str:
+    import kubernetes_validate
+
+    newest = kubernetes_validate.latest_version()
+    as_tuple = lambda version: tuple(int(part) for part in version.split("."))  # noqa: E731
+    assert as_tuple(newest) >= as_tuple(floor), f"kubernetes-validate ships schemas up to {newest}, below {floor}"
+    return newest
+
+
+KUBE_VERSION = newest_kube_version()
 
 ROLES = ("api", "worker", "scheduler", "dispatcher")
 

@@ -39,7 +39,11 @@ def test_rules_pass_promtool_check(tmp_path):
     path.write_text(yaml.safe_dump(rules, sort_keys=False))
     done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"SUCCESS: {len(ALERTS)} rules found" in done.stdout
+    # the check can fail (by its exit status, not promtool's wording): one rule's expression broken
+    rules["groups"][0]["rules"][-1]["expr"] += " +"
+    path.write_text(yaml.safe_dump(rules, sort_keys=False))
+    broken = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert broken.returncode != 0, broken.stdout + broken.stderr
 
 
 def test_every_alert_has_a_passing_unit_test(tmp_path):
@@ -51,7 +55,6 @@ def test_every_alert_has_a_passing_unit_test(tmp_path):
     done = subprocess.run([promtool(), "test", "rules", "alerts_test.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS" in done.stdout + done.stderr
 
 
 def test_a_wrong_expectation_fails(tmp_path):
@@ -62,7 +65,7 @@ def test_a_wrong_expectation_fails(tmp_path):
     (tmp_path / "alerts_test.yaml").write_text(yaml.safe_dump(tests))
     done = subprocess.run([promtool(), "test", "rules", "alerts_test.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode != 0, done.stdout + done.stderr
 
 
 def _runbook_urls(**rule_values) -> dict[str, str | None]:

@@ -59,6 +59,21 @@ def test_manifests_validate_strictly(scenario):
             assert key in labels, f"{obj['kind']}/{obj['metadata']['name']} lacks label {key}"
 
 
+def test_the_schemas_are_the_newest_shipped_and_strict_validation_refuses_a_typo():
+    """KUBE_VERSION follows the installed kubernetes-validate (never below its floor), and the
+    check above can fail: a misspelt field of a rendered Deployment is refused at that version."""
+    import kubernetes_validate
+
+    assert r.KUBE_VERSION == kubernetes_validate.latest_version()
+    with pytest.raises(AssertionError, match="below 999.0.0"):
+        r.newest_kube_version(floor="999.0.0")
+    worker = r.strip_private(r.by_name(r.scenario_objects("default"), "Deployment", "skiplock-worker"))
+    kubernetes_validate.validate(worker, r.KUBE_VERSION, strict=True)
+    r.pod_spec(worker)["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(worker, r.KUBE_VERSION, strict=True)
+
+
 # Required fields of the CRDs we render, from their published schemas (prometheus-operator
 # monitoring.coreos.com/v1, KEDA keda.sh/v1alpha1); unknown keys at the levels we write are refused.
 def _check_crd(obj):

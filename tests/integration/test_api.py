@@ -16,6 +16,7 @@ from skiplock.api.app import close_app, create_app
 from skiplock.engine.errors import ConfigError
 from skiplock.engine.model import Settlement
 from skiplock.engine.settings import Settings, parse_api_tokens
+from tests.support.harness import sample, samples_of
 
 TOKENS = {"admin": "admin-token", "submitter": "submitter-token", "reader": "reader-token"}
 TOKEN_CONFIG = ",".join(f"{role}-bot:{role}:{hashlib.sha256(token.encode()).hexdigest()}"
@@ -517,11 +518,13 @@ def test_metrics_count_requests_by_route_template_and_status(api):
     api.get(f"/v1/tasks/{task_id}")
     api.get(f"/v1/tasks/{uuid.uuid4()}")
     api.get("/random/path/1")
-    text = api.get("/metrics", role=None).get_data(as_text=True)
-    assert 'skiplock_api_requests_total{method="GET",route="/v1/tasks/<task_id>",status="200"} 1.0' in text
-    assert 'skiplock_api_requests_total{method="GET",route="/v1/tasks/<task_id>",status="404"} 1.0' in text
-    assert 'skiplock_api_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
-    assert 'skiplock_api_request_duration_seconds_count{method="POST",route="/v1/tasks",status="201"} 1.0' in text
+    samples = samples_of(api.get("/metrics", role=None).get_data(as_text=True))
+    requests = "skiplock_api_requests_total"
+    assert sample(samples, requests, method="GET", route="/v1/tasks/<task_id>", status="200") == 1
+    assert sample(samples, requests, method="GET", route="/v1/tasks/<task_id>", status="404") == 1
+    assert sample(samples, requests, method="GET", route="unmatched", status="404") == 1
+    assert sample(samples, "skiplock_api_request_duration_seconds_count", method="POST", route="/v1/tasks",
+                  status="201") == 1
 
 
 def test_dead_tasks_are_listed_from_their_own_index_among_many_finished(api, db, db_url):

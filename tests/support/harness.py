@@ -65,7 +65,12 @@ def free_port() -> int:
 
 def scrape(port: int) -> dict[str, float]:
     """The /metrics of a role as {'name{labels}': value}."""
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return samples_of(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+
+def samples_of(body: str) -> dict[str, float]:
+    """A Prometheus text exposition as {'name{labels}': value}: values compared as numbers, not as
+    the client library happens to print them (1.0, 1, 1e+00)."""
     samples = {}
     for line in body.splitlines():
         if line and not line.startswith("#"):
@@ -169,6 +174,14 @@ def parse_labels(text: str) -> dict[str, str]:
         key, _, value = part.partition("=")
         labels[key.strip()] = value.strip().strip('"')
     return labels
+
+
+def sample(samples: dict[str, float], name: str, **labels: str) -> float | None:
+    """The value of the one sample of `name` whose labels are exactly `labels`; None if none."""
+    found = [value for key, value in samples.items()
+             if key.partition("{")[0] == name and parse_labels(key.partition("{")[2].rstrip("}")) == labels]
+    assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
+    return found[0] if found else None
 
 
 def metric(samples_or_port, name: str, **labels) -> float | None:

@@ -3,7 +3,9 @@ kind (tests/support/typed_handlers.py declares the kinds)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
 
 
 class Address(BaseModel):
@@ -16,3 +18,17 @@ class Order(BaseModel):
     qty: int = 1
     address: Address | None = None
     tags: list[str] = []
+
+
+def pydantic_says(model: type[BaseModel], data: Any, *loc: str | int) -> str:
+    """pydantic's own words for the error at `loc` when `model` validates `data`, read from the
+    installed pydantic itself. The tests compare skiplock's framing of a validation error (kind,
+    count, model, location, input) exactly and take the words from here: they are pydantic's, and
+    a release may reword them."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        messages = {tuple(error["loc"]): error["msg"] for error in exc.errors()}
+        assert loc in messages, f"{model.__name__} refuses {data!r}, but not at {loc}: {messages}"
+        return messages[loc]
+    raise AssertionError(f"{model.__name__} accepts {data!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from skiplock.engine.errors import DatabaseUnavailable
 from skiplock.engine.metrics import Metrics
 from skiplock.engine.migrate import slots_exhausted
+from tests.support.harness import sample, samples_of
 
 
 def test_pool_figures_are_read_at_each_scrape():
@@ -14,14 +15,14 @@ def test_pool_figures_are_read_at_each_scrape():
                "worker-claims": {"pool_size": 1, "pool_max": 1}}
     metrics = Metrics()
     metrics.watch_pools(lambda: figures)
-    text = metrics.render().decode()
-    assert 'skiplock_db_pool_connections{pool="worker"} 3.0' in text
-    assert 'skiplock_db_pool_connections_max{pool="worker-claims"} 1.0' in text
-    assert 'skiplock_db_pool_requests_waiting{pool="worker"} 2.0' in text
-    assert 'skiplock_db_pool_wait_seconds_total{pool="worker"} 1.5' in text
-    assert 'skiplock_db_pool_exhausted_total{pool="worker-claims"} 0.0' in text
+    samples = samples_of(metrics.render().decode())
+    assert sample(samples, "skiplock_db_pool_connections", pool="worker") == 3
+    assert sample(samples, "skiplock_db_pool_connections_max", pool="worker-claims") == 1
+    assert sample(samples, "skiplock_db_pool_requests_waiting", pool="worker") == 2
+    assert sample(samples, "skiplock_db_pool_wait_seconds_total", pool="worker") == 1.5
+    assert sample(samples, "skiplock_db_pool_exhausted_total", pool="worker-claims") == 0
     figures["worker"]["requests_wait_ms"] = 4000
-    assert 'skiplock_db_pool_wait_seconds_total{pool="worker"} 4.0' in metrics.render().decode()
+    assert sample(samples_of(metrics.render().decode()), "skiplock_db_pool_wait_seconds_total", pool="worker") == 4
 
 
 def test_slots_exhausted_is_only_the_connection_limit():
