@@ -18,11 +18,15 @@ from skiplock.worker.executor import settlement
 from skiplock.worker.worker import Worker
 
 
+def make_worker(db_url, store, monkeypatch, poll_seconds: float = 0.1) -> Worker:
+    monkeypatch.setenv("SKIPLOCK_DATABASE_URL", db_url)  # the t.* handlers record through it
+    settings = Settings(database_url=db_url, concurrency=3, poll_seconds=poll_seconds, stuck_grace_seconds=1)
+    return Worker(settings, store, registry=REGISTRY, metrics=Metrics())
+
+
 @pytest.fixture
 def worker(db_url, store, monkeypatch):
-    monkeypatch.setenv("SKIPLOCK_DATABASE_URL", db_url)  # the t.* handlers record through it
-    settings = Settings(database_url=db_url, concurrency=3, poll_seconds=0.1, stuck_grace_seconds=1)
-    return Worker(settings, store, registry=REGISTRY, metrics=Metrics())
+    return make_worker(db_url, store, monkeypatch)
 
 
 def states(db) -> dict[str, int]:
@@ -56,7 +60,9 @@ def test_a_claim_turned_away_by_its_lanes_is_not_a_sign_of_empty_queues(worker, 
     assert states(db) == {"running": 4}
 
 
-def test_a_claim_that_finds_the_queues_empty_waits_for_the_poll_or_a_notification(worker, db_url, db):
+def test_a_claim_that_finds_the_queues_empty_waits_for_the_poll_or_a_notification(db_url, store, monkeypatch, db):
+    # a poll interval that a loaded machine cannot pass between two statements of this test
+    worker = make_worker(db_url, store, monkeypatch, poll_seconds=60)
     skiplock.enqueue(db_url, "t.noop", {})
     assert worker.claimer.run_once() == (1, 3, False)  # asked for all three free slots
     skiplock.enqueue(db_url, "t.noop", {})
