@@ -60,7 +60,7 @@ class Claimer:
         self.stop, self.owner, self.queues, self.lease_seconds = stop, owner, tuple(queues), lease_seconds
         self.lanes = lanes  # SKIPLOCK_CLAIM_LANES (0: no bound)
         self._outcomes_pending = outcomes_pending  # for the log line of a failed claim
-        self.db_ok = False  # the database answered the last claim (readiness)
+        self._db_ok = False  # the database answered the last claim (readiness); written only here
         # written by the claim onto tasks enqueued without max_attempts: the number in force, which
         # the API shows without importing the handlers
         self._kind_max_attempts: Mapping[str, int] = {
@@ -74,6 +74,16 @@ class Claimer:
         self._limited_work = True
         self._parking = False  # the last plain claim parked tasks: the next parks up to PARK_BATCH more
 
+    @property
+    def db_ok(self) -> bool:
+        """Whether the database answered the last claim and no other duty found it silent since."""
+        return self._db_ok
+
+    def database_unanswered(self) -> None:
+        """Another duty of this worker (the heartbeat, the registry) got no answer: unready until
+        the next claim succeeds."""
+        self._db_ok = False
+
     def run(self) -> None:
         """Claim until stopped."""
         failures = 0
@@ -81,10 +91,10 @@ class Claimer:
         while not self.stop.is_set():
             try:
                 result = self.run_once()
-                self.db_ok = True
+                self._db_ok = True
                 failures = 0
             except DB_ERRORS as exc:
-                self.db_ok = False
+                self._db_ok = False
                 if self.stop.is_set():
                     break  # a claim cut short by the stop (Database.end_claim_waits): nothing to retry
                 failures = failures_after(failures, exc)

@@ -40,7 +40,7 @@ class Keeper:
         self.reclaim_seconds, self.stuck_grace_seconds = reclaim_seconds, stuck_grace_seconds
         # the scheduler's reclaim service, run here as a fallback for installations without one
         self._reclaim = Reclaimer(store, metrics, max_reclaims)
-        self.registering = False  # keep a registry row (run() does; a worker driven by hand does not)
+        self._registering = False  # keep a registry row (run() does; a worker driven by hand does not)
         self.exit_code = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,7 +74,7 @@ class Keeper:
             done["heartbeats"] = self.heartbeat_once()
         # not while the database looks unreachable: the beat would wait for a connection and
         # hold up the claims' heartbeats; the first beat after it answers again comes at once
-        if now >= self._next_registration and self.registering and self.claimer.db_ok:
+        if now >= self._next_registration and self._registering and self.claimer.db_ok:
             self._next_registration = now + self.heartbeat_seconds
             done["registered"] = int(self.register_once())
         if now >= self._next_reclaim and not self.stop.is_set():
@@ -95,7 +95,7 @@ class Keeper:
             held = self.store.tasks.task_heartbeat([(r.task.id, r.task.lease_token) for r in runs],
                                                    self.lease_seconds)
         except DB_ERRORS as exc:
-            self.claimer.db_ok = False
+            self.claimer.database_unanswered()
             log.warning("heartbeat failed", extra={"error": short(exc), "claims": len(runs)})
             return 0
         lost = []
@@ -113,6 +113,15 @@ class Keeper:
             self.slots.wake.set()  # their slots are free: claim into them now, not at the next poll
         return len(held)
 
+    def start_registering(self) -> None:
+        """Keep this worker's registry row from the next tick on (Worker.run; a worker driven by
+        hand keeps none)."""
+        self._registering = True
+
+    @property
+    def registering(self) -> bool:
+        return self._registering
+
     def register_once(self) -> bool:
         """Insert or renew this worker's registry row with its in-flight count."""
         try:
@@ -127,7 +136,7 @@ class Keeper:
         """A duty other than the claims' heartbeat failed on the database: the worker is unready
         now. Its duties run one after the other, so on a silent path the heartbeat would wait as
         long again for its own answer before saying so."""
-        self.claimer.db_ok = False
+        self.claimer.database_unanswered()
 
     def reclaim_once(self) -> int:
         """Expired leases back to their queues (the scheduler's reclaim); returns how many."""

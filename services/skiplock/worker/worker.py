@@ -158,7 +158,7 @@ class Worker:
 
     def run(self) -> int:
         """Claim and run until stopped; then drain, release and return the exit code."""
-        self.keeper.registering = True  # the keeper's first tick inserts the row
+        self.keeper.start_registering()  # the keeper's first tick inserts the row
         self.start()
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
                                            "concurrency": self.config.concurrency,
