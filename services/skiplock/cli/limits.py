@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from .engine.errors import LimitNotFound, SkiplockError
-from .engine.settings import Settings
+from ..engine.errors import LimitNotFound, SkiplockError
+from ..engine.settings import Settings
 
 
 def add_parsers(sub) -> None:
@@ -36,8 +36,8 @@ def add_parsers(sub) -> None:
 
 
 def run(args, settings: Settings) -> int:
-    from .engine.limits import Limit, load_file
-    from .engine.store import Store
+    from ..engine.limits import Limit, load_file
+    from ..engine.store import Store
 
     if args.action == "set":
         limit = Limit.build(args.kind, args.concurrency, args.rate, args.burst)
@@ -48,7 +48,7 @@ def run(args, settings: Settings) -> int:
                 print(f"valid: {limit.kind} ({describe(limit)})")
             return 0
     elif args.action == "delete":
-        from .engine.settings import check_name
+        from ..engine.settings import check_name
 
         check_name("task kind", args.kind)
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
@@ -74,8 +74,8 @@ def describe(limit) -> str:
 
 
 def _set(store, limit) -> None:
-    from .api.flow_control import change_of, limit_detail
-    from .cli_tasks import actor
+    from ..api.flow_control import change_of, limit_detail
+    from .tasks import actor
 
     with store.transaction() as tx:
         change = change_of(tx.limits.limit_upsert(limit))
@@ -85,7 +85,7 @@ def _set(store, limit) -> None:
 
 
 def _delete(store, kind: str) -> None:
-    from .cli_tasks import actor
+    from .tasks import actor
 
     who = actor()
     try:
@@ -103,8 +103,8 @@ def _delete(store, kind: str) -> None:
 
 
 def _apply(store, limits, prune: bool) -> None:
-    from .cli_tasks import actor
-    from .engine.limits import apply_limits
+    from .tasks import actor
+    from ..engine.limits import apply_limits
 
     with store.transaction() as tx:
         report = apply_limits(tx, limits, prune=prune)
@@ -118,8 +118,8 @@ def _apply(store, limits, prune: bool) -> None:
 
 
 def _list(store, output: str) -> None:
-    from .api.flow_control import limit_listing
-    from .cli import _print_table
+    from ..api.flow_control import limit_listing
+    from . import _print_table
 
     body = limit_listing(store)
     if output == "json":

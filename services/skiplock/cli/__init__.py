@@ -11,10 +11,10 @@ import datetime as dt
 import json
 import sys
 
-from . import cli_limits, cli_tasks
-from .engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
-from .engine.settings import API_ROLES, Settings, check_name
-from .engine.version import package_version
+from . import limits as cli_limits, tasks as cli_tasks
+from ..engine.errors import ConfigError, DatabaseUnavailable, DeliveryNotFound, InvalidInput, SkiplockError
+from ..engine.settings import API_ROLES, Settings, check_name
+from ..engine.version import package_version
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     if args.command == "migrate":
-        from .engine import migrate
+        from ..engine import migrate
 
         settings = Settings.from_env()
         url = settings.require_database_url()
@@ -150,14 +150,14 @@ def _run(args) -> int:
         return 0
 
     if args.command == "worker":
-        from . import worker
+        from .. import worker
 
         settings = Settings.from_env(queues=_names(args.queues), concurrency=args.concurrency,
                                      tasks=_names(args.tasks))
         return worker.main(settings)
 
     if args.command == "dispatcher":
-        from . import dispatcher
+        from .. import dispatcher
 
         return dispatcher.main(Settings.from_env())
 
@@ -165,12 +165,12 @@ def _run(args) -> int:
         return _webhooks(args, Settings.from_env())
 
     if args.command == "api":
-        from . import api
+        from .. import api
 
         return api.main(Settings.from_env(), bind=args.bind, workers=args.workers, threads=args.threads)
 
     if args.command == "scheduler":
-        from . import scheduler
+        from .. import scheduler
 
         return scheduler.main(Settings.from_env())
 
@@ -190,12 +190,12 @@ def _run(args) -> int:
         return cli_limits.run(args, Settings.from_env())
 
     if args.command == "dev":
-        from . import dev
+        from .. import dev
 
         return dev.main(Settings.from_env(), demo=not args.no_demo)
 
     if args.command == "enqueue":
-        from .enqueueing import enqueue
+        from ..enqueueing import enqueue
 
         settings = Settings.from_env()
         try:
@@ -229,8 +229,8 @@ def _run(args) -> int:
 
 
 def _webhooks(args, settings: Settings) -> int:
-    from .engine.store import Store
-    from .engine.webhooks import AddressGuard, check_event_types, check_secret, generate_secret
+    from ..engine.store import Store
+    from ..engine.webhooks import AddressGuard, check_event_types, check_secret, generate_secret
 
     if args.command == "webhooks" and args.action == "add":
         events = check_event_types(args.events)
@@ -292,13 +292,13 @@ def _new_token(name: str, role: str) -> int:
 
 
 def _schedules(args, settings: Settings) -> int:
-    from .engine.schedule_actions import apply_schedules, set_schedule_enabled
-    from .engine.schedules import load_file
-    from .engine.store import Store
+    from ..engine.schedule_actions import apply_schedules, set_schedule_enabled
+    from ..engine.schedules import load_file
+    from ..engine.store import Store
 
     definitions = load_file(args.file) if args.action == "apply" else None
     if args.action == "apply" and args.dry_run:
-        from .engine.schedules import check_schedule_payloads
+        from ..engine.schedules import check_schedule_payloads
 
         check_schedule_payloads(definitions, settings.max_payload_bytes)
         for s in definitions:
@@ -335,8 +335,8 @@ def _schedules(args, settings: Settings) -> int:
 def _fire_schedule(store, name: str, settings: Settings) -> None:
     """As POST /v1/schedules/{name}/fire: the task of the current tick, and an audit row
     (`schedule.fire`, actor cli:<os user>), also when the schedule is not found."""
-    from .api.render import iso
-    from .engine.schedule_actions import fire_schedule_now
+    from ..api.render import iso
+    from ..engine.schedule_actions import fire_schedule_now
 
     who = cli_tasks.actor()
     try:
@@ -388,7 +388,7 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]], empty: st
 
 def _workers(args, settings: Settings) -> int:
     """`skiplock workers list`: the registry, as GET /v1/workers shows it."""
-    from .engine.store import Store
+    from ..engine.store import Store
 
     store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
     try:
@@ -396,7 +396,7 @@ def _workers(args, settings: Settings) -> int:
     finally:
         store.close()
     if args.output == "json":
-        from .api.render import iso
+        from ..api.render import iso
 
         print(json.dumps({"workers": [{**w._asdict(), "started_at": iso(w.started_at),
                                        "heartbeat_at": iso(w.heartbeat_at)} for w in workers]}, indent=2))
@@ -406,7 +406,3 @@ def _workers(args, settings: Settings) -> int:
                            w.started_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
                            f"{w.heartbeat_age_seconds:.1f}s ago", w.version) for w in workers], "no workers")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,9 +17,9 @@ import os
 
 from werkzeug.datastructures import MultiDict
 
-from .engine.errors import InvalidInput, SkiplockError
-from .engine.settings import Settings
-from .engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
+from ..engine.errors import InvalidInput, SkiplockError
+from ..engine.settings import Settings
+from ..engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
                                    set_paused)
 
 # `tasks wait` gives up after this many seconds unless told otherwise
@@ -89,7 +89,7 @@ def actor() -> str:
 
 
 def run(args, settings: Settings) -> int:
-    from .engine.store import Store
+    from ..engine.store import Store
 
     # parse and validate before connecting: a bad filter fails without a database
     work = _plan(args, settings)
@@ -120,7 +120,7 @@ def _record_refusal(store, audit: tuple[str, str | None] | None, exc: SkiplockEr
 
 def _query(operation, values: dict, flags: dict[str, str]) -> dict:
     """Options checked as the route checks its query string; errors name the option."""
-    from .api.schema import parse_query
+    from ..api.schema import parse_query
 
     given = MultiDict([(k, v) for k, vs in values.items() if vs is not None
                        for v in (vs if isinstance(vs, list) else [vs])])
@@ -133,10 +133,10 @@ def _query(operation, values: dict, flags: dict[str, str]) -> dict:
 
 def _plan(args, settings: Settings):
     """The command as a function of the store returning (JSON body, table printer)."""
-    from .api import render
+    from ..api import render
 
     if args.command == "tasks" and args.action == "list":
-        from .api.tasks import list_tasks
+        from ..api.tasks import list_tasks
 
         q = _query(list_tasks.operation, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
                                           "idempotency_key": args.idempotency_key, "limit": args.limit,
@@ -171,7 +171,7 @@ def _plan(args, settings: Settings):
         return _task_action(args)
 
     if args.command in ("queues", "kinds") and args.action in ("pause", "resume"):
-        from .api.schema import Name
+        from ..api.schema import Name
 
         scope = "queue" if args.command == "queues" else "kind"
         name = Name().from_text(args.name, scope)
@@ -183,7 +183,7 @@ def _plan(args, settings: Settings):
         return pause
 
     if args.command == "queues":
-        from .api.queues import queue_overview
+        from ..api.queues import queue_overview
 
         def queues(store):
             body = queue_overview(store)
@@ -202,7 +202,7 @@ def _plan(args, settings: Settings):
         return queues
 
     if args.command == "audit":
-        from .api.audit import list_audit
+        from ..api.audit import list_audit
 
         q = _query(list_audit.operation, {k: getattr(args, k) for k in ("action", "actor", "target", "limit",
                                                                         "cursor")}, {})
@@ -224,7 +224,7 @@ def _plan(args, settings: Settings):
 def _task_view(store, task) -> tuple[dict, object]:
     """`tasks show`'s answer for a task: GET /v1/tasks/{id}'s JSON and its table, one row per
     field and per parent or child id."""
-    from .api import render
+    from ..api import render
 
     parents, children = store.tasks.task_relatives(task.id, render.RELATIVES_SHOWN + 1)
     body = render.task_json(task, parents=parents, children=children)
@@ -243,9 +243,9 @@ def _task_view(store, task) -> tuple[dict, object]:
 def _wait(args, settings: Settings):
     """`tasks wait ID`: skiplock.wait on a connection of its own, then the task as `tasks show`
     prints it; a timeout is WaitTimeout (one line, exit 1)."""
-    from .api.schema import Number, Uuid
-    from .engine import store as store_mod
-    from .waiting import wait
+    from ..api.schema import Number, Uuid
+    from ..engine import store as store_mod
+    from ..waiting import wait
 
     task_id = Uuid().from_text(args.id, "id")
     timeout = Number(minimum=0).from_text(args.timeout, "--timeout")
@@ -261,7 +261,7 @@ def _wait(args, settings: Settings):
 
 def _task_action(args):
     """cancel, resume or retry: one task by id, or with --all the tasks of a filter."""
-    from .api import render
+    from ..api import render
 
     if args.all == (args.id is not None):
         raise InvalidInput(f"{args.action}: give a task id or --all with a filter, not "
@@ -277,12 +277,12 @@ def _task_action(args):
         one.audit = ("task.cancel" if args.action == "cancel" else "task.resume", args.id)
         return one
 
-    from .api.tasks import list_tasks
+    from ..api.tasks import list_tasks
 
     q = _query(list_tasks.operation, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
     ids = None
     if args.ids:
-        from .api.schema import Uuid
+        from ..api.schema import Uuid
 
         ids = tuple(Uuid().from_text(i, "--id") for i in args.ids)
     task_filter = TaskFilter(**{k: q[k] for k in TASK_FILTERS}, ids=ids)
@@ -326,6 +326,6 @@ def _cell(value) -> str:
 
 
 def _print_table(header, rows, empty: str) -> None:
-    from .cli import _print_table as print_table
+    from . import _print_table as print_table
 
     print_table(header, rows, empty)
