@@ -1,26 +1,21 @@
-"""The operator's commands of `skiplock`: `tasks list|show|wait|events|cancel|resume|retry`,
-`queues list|pause|resume`, `kinds pause|resume`, `audit list` (`limits`: cli_limits.py).
+"""`skiplock tasks list|show|wait|events|cancel|resume|retry` and `skiplock enqueue`.
 
 They read SKIPLOCK_DATABASE_URL like every command and run what the API's routes run: the same
 validation of filters (the routes' declared fields), the same store calls and the same audit rows
 (engine/task_actions.py), the actor being `cli:<os user>`. Output: an aligned table, or with
-`-o json` one JSON document, the API's answer to the same request.
+`-o json` one JSON document, the API's answer to the same request (command.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import json
-import os
 
-from werkzeug.datastructures import MultiDict
-
-from ..engine.errors import InvalidInput, SkiplockError
+from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
-from ..engine.task_actions import (BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task,
-                                   set_paused)
+from ..engine.task_actions import BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task
+from .command import actor, cell, output_option, page_table, print_table, query, run_work
 
 # `tasks wait` gives up after this many seconds unless told otherwise
 WAIT_DEFAULT_SECONDS = 60
@@ -31,10 +26,8 @@ TASK_FILTERS = {"queue": "queue", "state": "state", "kind": "kind", "created_aft
 
 
 def add_parsers(sub) -> None:
-    """Add the commands to `skiplock`'s subparsers."""
-    out = argparse.ArgumentParser(add_help=False)
-    out.add_argument("-o", "--output", choices=("table", "json"), default="table",
-                     help="an aligned table (default) or one JSON document, the API's answer")
+    """Add `tasks` to `skiplock`'s subparsers."""
+    out = output_option()
     filters = argparse.ArgumentParser(add_help=False)
     for dest, flag in TASK_FILTERS.items():
         filters.add_argument(f"--{flag}", dest=dest, metavar=dest.upper().replace("_", "-"))
@@ -64,71 +57,65 @@ def add_parsers(sub) -> None:
         a.add_argument("--limit", type=int, default=BULK_DEFAULT_LIMIT,
                        help=f"with --all: at most this many tasks change (default {BULK_DEFAULT_LIMIT})")
         a.add_argument("--reason", help="recorded in each task's event")
-
-    qs = sub.add_parser("queues", help="queue overview; pause or resume a queue")
-    qss = qs.add_subparsers(dest="action", required=True, metavar="ACTION")
-    qss.add_parser("list", parents=[out], help="tasks per state, claimable, throttled, paused (GET /v1/queues)")
-    kd = sub.add_parser("kinds", help="pause or resume a task kind in every queue")
-    kds = kd.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for subs in (qss, kds):
-        for action in ("pause", "resume"):
-            subs.add_parser(action, parents=[out]).add_argument("name")
-
-    au = sub.add_parser("audit", help="the audit log")
-    aus = au.add_subparsers(dest="action", required=True, metavar="ACTION")
-    al = aus.add_parser("list", parents=[out], help="entries newest first (GET /v1/audit's filters)")
-    for name in ("action", "actor", "target", "limit", "cursor"):
-        al.add_argument(f"--{name}")
+    tk.set_defaults(run=run)
 
 
-def actor() -> str:
+def add_enqueue_parser(sub) -> None:
+    """Add `enqueue` to `skiplock`'s subparsers."""
+    e = sub.add_parser("enqueue", help="enqueue one task and print its id")
+    e.add_argument("kind")
+    e.add_argument("--payload", default="{}", help="JSON payload (default {})")
+    e.add_argument("--queue", default="default")
+    e.add_argument("--priority", type=int, default=0, help="higher runs first")
+    when = e.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=float, help="seconds from now")
+    when.add_argument("--run-at", help="ISO 8601 time with a UTC offset")
+    e.add_argument("--idempotency-key")
+    e.add_argument("--max-attempts", type=int, help="default: the kind's (3 if undeclared)")
+    e.add_argument("--concurrency-key", help="the task's group under its kind's limit (`skiplock limits`)")
+    e.add_argument("--depends-on", action="append", metavar="ID",
+                   help="a task that must be final first (repeat it); until then the task is waiting")
+    e.add_argument("--on-parent-failure", default="cancel", metavar="cancel|run",
+                   help="a parent that ends failed or cancelled cancels the task (default), or it runs anyway")
+    e.set_defaults(run=run_enqueue)
+
+
+def run(args) -> int:
+    settings = Settings.from_env()
+    return run_work(args, settings, _plan(args, settings))
+
+
+def run_enqueue(args) -> int:
+    from ..enqueueing import enqueue
+
+    settings = Settings.from_env()
     try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no name for this uid (a bare container)
-        return f"cli:uid-{os.getuid()}"
-
-
-def run(args, settings: Settings) -> int:
-    from ..engine.store import Store
-
-    # parse and validate before connecting: a bad filter fails without a database
-    work = _plan(args, settings)
-    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
-    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    run_at = None
+    if args.run_at:
         try:
-            body, table = work(store)
-        except SkiplockError as exc:
-            _record_refusal(store, getattr(work, "audit", None), exc)
-            raise
-    finally:
-        store.close()
-    if args.output == "json":
-        print(json.dumps(body, indent=2, default=str))
-    else:
-        table()
-    return 0
-
-
-def _record_refusal(store, audit: tuple[str, str | None] | None, exc: SkiplockError) -> None:
-    """A refused change (not found, not cancellable): its audit row, as the API writes one."""
-    if audit is None or not 400 <= exc.status < 500:
-        return
-    action, target = audit
-    store.audit.audit_insert(actor=actor(), action=action, target=target, request_id=None, outcome=exc.code,
-                             detail={"message": " ".join(str(exc).split())[:500]})
-
-
-def _query(operation, values: dict, flags: dict[str, str]) -> dict:
-    """Options checked as the route checks its query string; errors name the option."""
-    from ..api.schema import parse_query
-
-    given = MultiDict([(k, v) for k, vs in values.items() if vs is not None
-                       for v in (vs if isinstance(vs, list) else [vs])])
+            run_at = dt.datetime.fromisoformat(args.run_at)
+        except ValueError:
+            raise InvalidInput(f"--run-at {args.run_at!r}: not an ISO 8601 time") from None
+        if run_at.tzinfo is None:
+            raise InvalidInput(f"--run-at {args.run_at!r}: add a UTC offset, e.g. 2030-01-01T09:00:00+00:00")
     try:
-        return parse_query(operation.query, given)
+        task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
+                          priority=args.priority, delay=args.delay, run_at=run_at,
+                          idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
+                          concurrency_key=args.concurrency_key, depends_on=args.depends_on,
+                          on_parent_failure=args.on_parent_failure, schema=settings.db_schema)
     except InvalidInput as exc:
-        name, _, rest = str(exc).partition(":")
-        raise InvalidInput(f"--{flags.get(name, name).replace('_', '-')}:{rest}") from None
+        # the library's names, as this command spells its options
+        message = str(exc)
+        for name in ("depends_on", "on_parent_failure"):
+            if message.startswith(name):
+                raise InvalidInput(f"--{name.replace('_', '-')}{message[len(name):]}") from None
+        raise
+    print(task_id)
+    return 0
 
 
 def _plan(args, settings: Settings):
@@ -138,9 +125,9 @@ def _plan(args, settings: Settings):
     if args.command == "tasks" and args.action == "list":
         from ..api.tasks import list_tasks
 
-        q = _query(list_tasks.operation, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
-                                          "idempotency_key": args.idempotency_key, "limit": args.limit,
-                                          "cursor": args.cursor}, TASK_FILTERS)
+        q = query(list_tasks.operation.query, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
+                                               "idempotency_key": args.idempotency_key, "limit": args.limit,
+                                               "cursor": args.cursor}, TASK_FILTERS)
         limit, task_id = q.pop("limit"), q.pop("id")
 
         def list_(store):
@@ -161,63 +148,15 @@ def _plan(args, settings: Settings):
             if not events:  # every task has its 'queued' event: none means no task
                 store.tasks.task_get(args.id)
             body = {"events": [render.event_json(e) for e in events]}
-            return body, lambda: _print_table(
+            return body, lambda: print_table(
                 ("SEQ", "TYPE", "AT (UTC)", "ATTEMPT", "DATA"),
-                [(str(e["seq"]), e["type"], _cell(e["at"]), _cell(e["attempt"]), _cell(e["data"]))
+                [(str(e["seq"]), e["type"], cell(e["at"]), cell(e["attempt"]), cell(e["data"]))
                  for e in body["events"]], "no events")
         return show
 
     if args.command == "tasks":
         return _task_action(args)
 
-    if args.command in ("queues", "kinds") and args.action in ("pause", "resume"):
-        from ..api.schema import Name
-
-        scope = "queue" if args.command == "queues" else "kind"
-        name = Name().from_text(args.name, scope)
-        paused = args.action == "pause"
-
-        def pause(store):
-            set_paused(store, scope, name, paused, actor=actor())
-            return {scope: name, "paused": paused}, lambda: print(f"{'paused' if paused else 'resumed'}: {name}")
-        return pause
-
-    if args.command == "queues":
-        from ..api.queues import queue_overview
-
-        def queues(store):
-            body = queue_overview(store)
-            states = list(body["queues"][0]["tasks"]) if body["queues"] else []
-            rows = [(q["name"], *(str(q["tasks"][s]) for s in states), str(q["claimable"]), str(q["throttled"]),
-                     _cell(None if q["oldest_claimable_age_seconds"] is None
-                           else f"{q['oldest_claimable_age_seconds']:.1f}s"), "yes" if q["paused"] else "no")
-                    for q in body["queues"]]
-
-            def table():
-                _print_table(("QUEUE", *(s.upper() for s in states), "CLAIMABLE", "THROTTLED", "OLDEST", "PAUSED"),
-                             rows, "no queues")
-                if body["paused_kinds"]:
-                    print(f"paused kinds: {', '.join(body['paused_kinds'])}")
-            return body, table
-        return queues
-
-    if args.command == "audit":
-        from ..api.audit import list_audit
-
-        q = _query(list_audit.operation, {k: getattr(args, k) for k in ("action", "actor", "target", "limit",
-                                                                        "cursor")}, {})
-
-        def audit(store):
-            limit, cursor = q["limit"], q["cursor"]
-            rows = store.audit.audit_list(action=q["action"], actor=q["actor"], target=q["target"],
-                                       cursor=None if cursor is None else int(cursor), limit=limit + 1)
-            more, rows = len(rows) > limit, rows[:limit]
-            body = {"entries": [render.audit_json(e) for e in rows], "next_cursor": str(rows[-1].id) if more else None}
-            return body, lambda: _page_table(
-                ("ID", "AT (UTC)", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"),
-                [(str(e["id"]), _cell(e["at"]), e["actor"], e["action"], _cell(e["target"]), e["outcome"],
-                  _cell(e["detail"])) for e in body["entries"]], "no audit entries", body["next_cursor"])
-        return audit
     raise AssertionError(args.command)
 
 
@@ -236,8 +175,8 @@ def _task_view(store, task) -> tuple[dict, object]:
                 ids = [*ids, f"... (the first {render.RELATIVES_SHOWN} shown)"]
             rows += [(name if i == 0 else "", v) for i, v in enumerate(ids)]
         elif not name.endswith("_truncated"):
-            rows.append((name, _cell(value)))
-    return body, lambda: _print_table(("FIELD", "VALUE"), rows, "")
+            rows.append((name, cell(value)))
+    return body, lambda: print_table(("FIELD", "VALUE"), rows, "")
 
 
 def _wait(args, settings: Settings):
@@ -279,7 +218,7 @@ def _task_action(args):
 
     from ..api.tasks import list_tasks
 
-    q = _query(list_tasks.operation, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
+    q = query(list_tasks.operation.query, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
     ids = None
     if args.ids:
         from ..api.schema import Uuid
@@ -299,33 +238,8 @@ def _task_action(args):
 
 
 def _tasks_table(body: dict) -> None:
-    _page_table(("ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "CREATED (UTC)", "LAST ERROR"),
+    page_table(("ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "CREATED (UTC)", "LAST ERROR"),
                 [(t["id"], t["kind"], t["queue"], t["state"],
                   f"{t['attempts']}/{t['max_attempts']}" if t.get("max_attempts") else str(t["attempts"]),
-                  _cell(t["created_at"]), _cell(t["last_error"])[:60]) for t in body["tasks"]],
+                  cell(t["created_at"]), cell(t["last_error"])[:60]) for t in body["tasks"]],
                 "no tasks", body["next_cursor"])
-
-
-def _page_table(header, rows, empty: str, next_cursor: str | None) -> None:
-    _print_table(header, rows, empty)
-    if next_cursor:
-        print(f"more: --cursor {next_cursor}")
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        if value.endswith("Z") and "T" in value:  # a time from render.iso: to the second
-            try:
-                return dt.datetime.fromisoformat(value[:-1]).strftime("%Y-%m-%d %H:%M:%S")
-            except ValueError:
-                pass
-        return " ".join(value.split())
-    return json.dumps(value, separators=(",", ":"), default=str)
-
-
-def _print_table(header, rows, empty: str) -> None:
-    from . import _print_table as print_table
-
-    print_table(header, rows, empty)
