@@ -24,9 +24,9 @@ def run(args) -> int:
 def _plan(args):
     """The command as a function of the store returning (JSON body, table printer)."""
     from ..api import render
-    from ..api.audit import list_audit
+    from ..api.listings import AUDIT_LIST_QUERY
 
-    q = query(list_audit.operation.query, {k: getattr(args, k) for k in FILTERS}, {})
+    q = query(AUDIT_LIST_QUERY, {k: getattr(args, k) for k in FILTERS}, {})
 
     def audit(store):
         limit, cursor = q["limit"], q["cursor"]

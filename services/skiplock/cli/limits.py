@@ -76,7 +76,7 @@ def describe(limit) -> str:
 
 
 def _set(store, limit) -> None:
-    from ..api.flow_control import change_of, limit_detail
+    from ..api.listings import change_of, limit_detail
 
     with store.transaction() as tx:
         change = change_of(tx.limits.limit_upsert(limit))
@@ -117,7 +117,7 @@ def _apply(store, limits, prune: bool) -> None:
 
 
 def _list(store, output: str) -> None:
-    from ..api.flow_control import limit_listing
+    from ..api.listings import limit_listing
 
     body = limit_listing(store)
     if output == "json":

@@ -41,7 +41,7 @@ def _plan(args):
             return {scope: name, "paused": paused}, lambda: print(f"{'paused' if paused else 'resumed'}: {name}")
         return pause
 
-    from ..api.queues import queue_overview
+    from ..api.listings import queue_overview
 
     def queues(store):
         body = queue_overview(store)

@@ -123,11 +123,11 @@ def _plan(args, settings: Settings):
     from ..api import render
 
     if args.command == "tasks" and args.action == "list":
-        from ..api.tasks import list_tasks
+        from ..api.listings import TASK_LIST_QUERY
 
-        q = query(list_tasks.operation.query, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
-                                               "idempotency_key": args.idempotency_key, "limit": args.limit,
-                                               "cursor": args.cursor}, TASK_FILTERS)
+        q = query(TASK_LIST_QUERY, {**{k: getattr(args, k) for k in TASK_FILTERS}, "id": args.id,
+                                    "idempotency_key": args.idempotency_key, "limit": args.limit,
+                                    "cursor": args.cursor}, TASK_FILTERS)
         limit, task_id = q.pop("limit"), q.pop("id")
 
         def list_(store):
@@ -216,9 +216,9 @@ def _task_action(args):
         one.audit = ("task.cancel" if args.action == "cancel" else "task.resume", args.id)
         return one
 
-    from ..api.tasks import list_tasks
+    from ..api.listings import TASK_LIST_QUERY
 
-    q = query(list_tasks.operation.query, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
+    q = query(TASK_LIST_QUERY, {k: getattr(args, k) for k in TASK_FILTERS}, TASK_FILTERS)
     ids = None
     if args.ids:
         from ..api.schema import Uuid
