@@ -98,3 +98,20 @@ def cycles() -> list[list[str]]:
         if v not in index:
             connect(v)
     return sorted(groups)
+
+
+def loop(group: list[str]) -> str:
+    """One import loop through a group cycles() found, as `a -> b -> a`: what to break."""
+    members = set(group)
+    start = group[0]
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        here = queue.pop(0)
+        for there, _line, typing in GRAPH[here]:
+            if there == start and not typing:
+                return " -> ".join([*paths[here], start])
+            if there in members and there not in paths and not typing:
+                paths[there] = [*paths[here], there]
+                queue.append(there)
+    raise AssertionError(f"no loop through {start}")
