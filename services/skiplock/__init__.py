@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .engine.registry import task
 from .engine.model import Fail, Retry, Step
+from .engine.version import SOURCE_VERSION as __version__
 from .enqueueing import enqueue, enqueue_async, enqueue_many, enqueue_many_async, migrate
 from .waiting import wait
 
 __all__ = ["task", "enqueue", "enqueue_many", "enqueue_async", "enqueue_many_async", "wait", "migrate", "Step", "Retry", "Fail"]
-__version__ = "0.1.0"

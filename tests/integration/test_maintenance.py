@@ -7,7 +7,8 @@ import time
 import skiplock
 from skiplock.engine.metrics import Metrics
 from skiplock.engine.store import Store
-from skiplock.scheduler.maintenance import QueueGauges, Reclaimer, Retention
+from skiplock.engine.reclaim import Reclaimer
+from skiplock.scheduler.maintenance import QueueGauges, Retention
 from tests.support.harness import metric
 
 

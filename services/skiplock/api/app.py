@@ -33,7 +33,7 @@ from .app_state import KEY, ApiContext, api
 from .limits import Limits
 from .replica import BORROW_TIMEOUT, Replica
 from .request_metrics import ApiMetrics
-from .render import error_response
+from .responses import error_response
 from .schema import parse_json, parse_query, read_body, type_name
 
 log = logging.getLogger("skiplock.api")

@@ -21,9 +21,10 @@ from flask import Blueprint, g, request
 from ..engine.errors import SkiplockError
 from ..engine.store import Store
 from .app_state import api
+from .listings import AUDIT_LIST_QUERY
 from .operations import operation
-from .render import AUDIT_ENTRY, audit_json, page, page_response
-from .schema import Integer, Name, String
+from .render import AUDIT_ENTRY, audit_json, page
+from .responses import page_response
 
 log = logging.getLogger("skiplock.api.audit")
 
@@ -101,11 +102,7 @@ def record_refusal(exc: SkiplockError) -> None:
 
 
 @operation(bp, "GET", "/v1/audit", summary="List audit entries, newest first", role="admin", tag="audit",
-           query={"action": String("Only this action, e.g. task.cancel.", max_length=100),
-                  "actor": Name("Only requests made with this token."),
-                  "target": String("Only this target (a task id, a queue name, ...).", max_length=200),
-                  "limit": Integer(minimum=1, maximum=500, default=50),
-                  "cursor": String("next_cursor of the previous page.", pattern=r"^[0-9]{1,18}$")},
+           query=AUDIT_LIST_QUERY,
            responses={200: ("A page of entries.", page("entries", AUDIT_ENTRY))})
 def list_audit():
     q = g.query

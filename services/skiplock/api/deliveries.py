@@ -16,7 +16,8 @@ from ..engine.store import DeliveryRecord
 from .audit import audited
 from .app_state import reads
 from .operations import operation
-from .render import json_response, page, page_response
+from .render import page
+from .responses import json_response, page_response
 from .schema import DateTime, Integer, JsonValue, Object, String, Uuid
 
 bp = Blueprint("deliveries", __name__)

@@ -13,11 +13,11 @@ from flask import Blueprint, Response, g
 
 from ..engine.errors import InvalidInput, LimitNotFound
 from ..engine.limits import Limit
-from ..engine.store import LimitRecord, LimitStats
 from .audit import audited
 from .app_state import reads
+from .listings import change_of, limit_detail, limit_listing, limit_view
 from .operations import operation
-from .render import iso, json_response
+from .responses import json_response
 from .schema import Array, DateTime, Integer, Name, Number, Object, String
 
 bp = Blueprint("limits", __name__)
@@ -53,41 +53,6 @@ LIMIT = Object({
     required=("kind", "concurrency", "rate", "rate_per_second", "burst", "updated_at", "throttled", "running",
               "busy_groups", "saturation", "tokens"))
 LISTING = Object({"limits": Array(LIMIT, "Every limit, by kind.")}, required=("limits",))
-
-
-def limit_json(record: LimitRecord, stats: LimitStats | None) -> dict:
-    body = record.limit.as_dict()
-    body["updated_at"] = iso(record.updated_at)
-    if stats is None:  # deleted between the two reads
-        body.update(throttled=0, running=0, busy_groups=0, saturation=None, tokens=None)
-    else:
-        body.update(throttled=stats.throttled, running=stats.running, busy_groups=stats.busy_groups,
-                    saturation=stats.saturation, tokens=stats.tokens)
-    return body
-
-
-def limit_listing(store) -> dict:
-    """GET /v1/limits' answer (also `skiplock limits list -o json`)."""
-    records = store.limits.limit_list()
-    stats = {s.kind: s for s in store.limits.limit_stats()} if records else {}
-    return {"limits": [limit_json(r, stats.get(r.limit.kind)) for r in records]}
-
-
-def limit_view(store, kind: str) -> dict:
-    record = store.limits.limit_get(kind)
-    if record is None:
-        raise LimitNotFound(f"no limit for kind {kind!r}")
-    return limit_json(record, next((s for s in store.limits.limit_stats() if s.kind == kind), None))
-
-
-def change_of(created: bool | None) -> str:
-    """limit_upsert's answer as a word: created, updated or unchanged."""
-    return "unchanged" if created is None else "created" if created else "updated"
-
-
-def limit_detail(limit: Limit, change: str) -> dict:
-    """The audit row's detail of a limit set (the API's and the CLI's)."""
-    return {"change": change, "concurrency": limit.concurrency, "rate": limit.rate, "burst": limit.burst}
 
 
 @operation(bp, "GET", "/v1/limits", summary="Every flow-control limit, with what it holds back now",

@@ -10,7 +10,7 @@ from ..engine.errors import DatabaseUnavailable, MigrationError, SkiplockError
 from .app_state import api
 from .request_metrics import CONTENT_TYPE
 from .operations import operation
-from .render import json_response
+from .responses import json_response
 from .schema import Object, String
 
 bp = Blueprint("health", __name__)

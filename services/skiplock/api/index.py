@@ -12,7 +12,7 @@ from ..engine.version import package_version
 from .console import PREFIX as CONSOLE
 from .openapi import VERSION as API_VERSION
 from .operations import operation
-from .render import json_response
+from .responses import json_response
 from .schema import JsonObject, Object, String
 
 bp = Blueprint("index", __name__)

@@ -14,7 +14,7 @@ from flask import Blueprint
 from ..engine.payload_types import json_schema
 from ..engine.registry import REGISTRY
 from .operations import operation
-from .render import json_response
+from .responses import json_response
 from .schema import Array, Integer, JsonObject, Name, Object
 
 bp = Blueprint("kinds", __name__)

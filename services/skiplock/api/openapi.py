@@ -13,7 +13,8 @@ from flask import Blueprint, Flask, current_app
 from ..engine.errors import (DatabaseUnavailable, Forbidden, InvalidInput, PayloadTooLarge, SkiplockError,
                              TooManyRequests, Unauthorized)
 from .operations import SMALL_BODY, Operation, operation
-from .render import ERROR, json_response
+from .render import ERROR
+from .responses import json_response
 from .schema import JsonObject
 
 bp = Blueprint("openapi", __name__)

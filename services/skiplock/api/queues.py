@@ -15,8 +15,10 @@ from ..engine.model import STATES
 from ..engine.task_actions import set_paused
 from .audit import current_draft
 from .app_state import api, reads
+from .listings import queue_overview
 from .operations import operation
-from .render import iso, json_response
+from .render import iso
+from .responses import json_response
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object
 
 bp = Blueprint("queues", __name__)
@@ -82,29 +84,6 @@ def queue_throughput(store, minutes: int) -> dict:
                        "per_minute": [{"minute": iso(start), "completed": c, "failed": f}
                                       for start, (c, f) in zip(starts, counts)]})
     return {"minutes": minutes, "since": iso(since), "queues": queues}
-
-
-def queue_overview(store) -> dict:
-    """GET /v1/queues' answer (also `skiplock queues list`)."""
-    counts = store.tasks.queue_task_counts()
-    pauses = store.tasks.pause_list()
-    claimable = store.tasks.queue_claimable([name for scope, name, _ in pauses if scope == "kind"])
-    queues: dict[str, dict] = {}
-
-    def queue(name: str) -> dict:
-        return queues.setdefault(name, {"name": name, "tasks": dict.fromkeys(STATES, 0), "claimable": 0,
-                                        "throttled": 0, "oldest_claimable_age_seconds": None, "paused": False})
-
-    for name, state, n in counts:
-        queue(name)["tasks"][state] = n
-    for name, n, oldest_age, paused, throttled in claimable:
-        queue(name).update(claimable=n, oldest_claimable_age_seconds=oldest_age, paused=paused,
-                           throttled=throttled)
-    for scope, name, _ in pauses:
-        if scope == "queue":
-            queue(name)["paused"] = True
-    return {"queues": [queues[name] for name in sorted(queues)],
-            "paused_kinds": sorted(name for scope, name, _ in pauses if scope == "kind")}
 
 
 def _register(scope: str, plural: str, action: str) -> None:

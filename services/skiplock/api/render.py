@@ -1,29 +1,16 @@
 """How the API's answers look on the wire: the JSON of a task, an event, a schedule, an audit
-entry and an error, each next to the schema the OpenAPI document publishes for it, and the one
-`error_response()` every failure goes through. No request handling and no database access here.
+entry and an error, each next to the schema the OpenAPI document publishes for it. No request
+handling, no database access and no Flask here: the `skiplock` commands print these same
+answers (responses.py wraps them in Flask responses).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import uuid
-from typing import Any
 
-from flask import Response
-
-from ..engine.errors import SkiplockError
 from ..engine.model import ON_PARENT_FAILURE, STATES, AuditEntry, Task, TaskEvent
 from ..engine.schedules import CATCHUP_POLICIES, OVERLAP_POLICIES, ScheduleStatus
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, JsonValue, Name, Number, Object, String, Uuid
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return iso(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"cannot render {type(value).__name__}")
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -31,17 +18,6 @@ def iso(value: dt.datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def json_response(body: Any, status: int = 200, headers: dict | None = None) -> Response:
-    text = json.dumps(body, default=_default, separators=(",", ":"))
-    return Response(text + "\n", status=status, headers=headers, mimetype="application/json")
-
-
-def error_response(exc: SkiplockError, headers: dict | None = None) -> Response:
-    """The one error shape: {"error": {"code": ..., "message": ...}} with the error's status."""
-    message = " ".join(str(exc).split()) or exc.code
-    return json_response({"error": {"code": exc.code, "message": message}}, exc.status, headers)
 
 
 ERROR = Object({
@@ -198,15 +174,6 @@ AUDIT_ENTRY = Object({
     "outcome": String("ok, or the code of the error the request was refused with."),
     "detail": JsonValue(),
 }, required=("id", "at", "actor", "action", "outcome"))
-
-
-def page_response(items_name: str, rows: list, limit: int, to_json) -> Response:
-    """A keyset page from `limit + 1` rows fetched: the extra row only says another page exists;
-    the cursor is the last shown row's id."""
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return json_response({items_name: [to_json(r) for r in rows],
-                          "next_cursor": str(rows[-1].id) if more else None})
 
 
 def page(items_name: str, item: Object) -> Object:

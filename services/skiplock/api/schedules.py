@@ -17,7 +17,8 @@ from ..engine.schedules import Schedule
 from .audit import audited
 from .app_state import api, reads
 from .operations import SMALL_BODY, operation
-from .render import SCHEDULE, iso, json_response, schedule_fields, schedule_json
+from .render import SCHEDULE, iso, schedule_fields, schedule_json
+from .responses import json_response
 from .schema import Array, Boolean, DateTime, Integer, Name, Number, Object, String, Uuid
 
 bp = Blueprint("schedules", __name__)

@@ -394,8 +394,8 @@ def read_body(stream, content_length: int | None, limit: int) -> bytes:
 
 
 def parse_query(fields: Mapping[str, Field], args) -> dict[str, Any]:
-    """Query-string parameters (a werkzeug MultiDict) against `fields`: unknown or repeated
-    parameters are refused; absent ones take their default (or None)."""
+    """Query-string parameters (anything with `getlist`: a request's args, the CLI's options)
+    against `fields`: unknown or repeated parameters are refused; absent ones default (or None)."""
     unknown = sorted(set(args) - set(fields))
     if unknown:
         raise InvalidInput(f"{unknown[0]}: unknown query parameter (known: {', '.join(fields) or 'none'})")

@@ -31,8 +31,10 @@ from ..engine.task_actions import cancel_task as cancel, resume_task as resume
 from ..waiting import wait
 from .audit import audited, current_draft
 from .app_state import api, reads
+from .listings import IDEMPOTENCY_KEY, TASK_LIST_QUERY
 from .operations import SMALL_BODY, operation
-from .render import EVENT, RELATIVES_SHOWN, TASK, event_json, iso, json_response, page, page_response, task_json
+from .render import EVENT, RELATIVES_SHOWN, TASK, event_json, iso, page, task_json
+from .responses import json_response, page_response
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid
 
 bp = Blueprint("tasks", __name__)
@@ -43,10 +45,6 @@ WAIT_QUERY_MAX = 3600
 # A batch body may hold many payloads; each is still held to SKIPLOCK_MAX_PAYLOAD_BYTES.
 BATCH_MAX_BODY = 32 * 1024 * 1024
 MAX_DELAY_SECONDS = 10 * 365 * 86400.0
-
-IDEMPOTENCY_KEY = String("Up to 255 printable ASCII characters. The same key with the same body answers 200 "
-                         "with the task it created; with another body, 409 task.idempotency_conflict.",
-                         min_length=1, max_length=255, pattern=r"^[!-~]+$")
 
 # checked again in bytes (at most 256 as UTF-8) by the engine's TaskSpec
 CONCURRENCY_KEY = String(f"The task's group under its kind's flow-control limit (GET /v1/limits): at most "
@@ -207,12 +205,7 @@ def submit_batch():
 
 
 @operation(bp, "GET", "/v1/tasks", summary="List tasks, newest first", role="reader", tag="tasks", reads="replica",
-           query={"queue": Name(), "state": String(enum=STATES), "kind": Name(),
-                  "created_after": DateTime("Created at or after this time."),
-                  "created_before": DateTime("Created before this time."),
-                  "id": Uuid("Only this task."), "idempotency_key": IDEMPOTENCY_KEY,
-                  "limit": Integer(minimum=1, maximum=500, default=50),
-                  "cursor": Uuid("next_cursor of the previous page.")},
+           query=TASK_LIST_QUERY,
            description="Keyset pagination on the task id (UUIDv7, time-ordered): tasks created while "
                        "paging never shift or repeat the pages still to come.",
            responses={200: ("A page of tasks.", page("tasks", TASK))}, errors=(InvalidInput,))

@@ -20,7 +20,7 @@ from ..engine.webhooks import (ALL_EVENTS, EVENT_TYPES, AddressGuard, check_even
 from .audit import audited
 from .app_state import api, reads
 from .operations import operation
-from .render import json_response
+from .responses import json_response
 from .schema import Array, Boolean, DateTime, Integer, Object, String, Uuid
 
 bp = Blueprint("webhooks", __name__)

@@ -9,7 +9,7 @@ from flask import Blueprint
 
 from .app_state import reads
 from .operations import operation
-from .render import json_response
+from .responses import json_response
 from .schema import Array, DateTime, Integer, Name, Number, Object, String
 
 bp = Blueprint("workers", __name__)

@@ -25,14 +25,14 @@ from typing import Any
 
 from .errors import InvalidInput
 from .model import Fail, TaskDef
-from .registry import REGISTRY
 
 # a validation message lists at most this many of the errors (a payload can hold thousands)
 ERRORS_SHOWN = 10
 # ... and shows at most this many characters of each offending input
 INPUT_SHOWN = 60
 
-_MODELS = REGISTRY.payload_models
+# kind -> pydantic model of this process's typed kinds: REGISTRY's (registry.py), enqueue's one lookup
+MODELS: dict[str, type] = {}
 _MODULES = sys.modules
 
 
@@ -54,7 +54,7 @@ def check_model(kind: str, model: Any) -> type:
 
 def payload_model(kind: str) -> type | None:
     """The model of `kind` as registered in this process, or None (unknown or untyped)."""
-    return _MODELS.get(kind)
+    return MODELS.get(kind)
 
 
 def payload_for_enqueue(kind: str, payload: Any) -> Any:
@@ -68,7 +68,7 @@ def payload_for_enqueue(kind: str, payload: Any) -> Any:
     not validate. Any other kind's payload is returned as it is, except that a pydantic model
     instance is dumped to its JSON form.
     """
-    model = _MODELS.get(kind)  # an untyped kind's whole cost is this lookup and the next
+    model = MODELS.get(kind)  # an untyped kind's whole cost is this lookup and the next
     if model is not None:
         return _validated_json(kind, model, payload)
     pydantic = _MODULES.get("pydantic")  # not loaded: the payload cannot be a model instance
@@ -81,7 +81,7 @@ def payloads_for_enqueue(kind: str, payloads: list) -> list:
     """payload_for_enqueue for each of enqueue_many's payloads; a refusal names the payload's index
     (`payloads[3] of <kind>: ...`). Untyped kinds cost one lookup for the whole list while
     pydantic is not loaded: the list itself is returned."""
-    model = _MODELS.get(kind)
+    model = MODELS.get(kind)
     if model is not None:
         return [_validated_json(kind, model, payload, f"payloads[{i}] of {kind}")
                 for i, payload in enumerate(payloads)]

@@ -3,7 +3,7 @@
 Decorating registers the function in the process-wide REGISTRY (the worker imports the modules
 named in SKIPLOCK_TASKS and reads it). The function stays callable as before. A kind declared with
 `payload=` (a pydantic model) is a TypedTaskDef: engine/payload_types.py holds all that knows
-pydantic, and is imported only for such a kind.
+pydantic (it imports pydantic only for such a kind).
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from collections.abc import Callable, Iterable
 
 from .errors import ConfigError, InvalidInput
 from .model import RetryPolicy, TaskDef
+from .payload_types import MODELS, TypedTaskDef, check_model
 from .settings import check_name
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, payload_models: dict[str, type] | None = None) -> None:
         self._defs: dict[str, TaskDef] = {}
-        # kind -> pydantic model of the typed kinds (engine/payload_types.py): enqueue's one lookup
-        self.payload_models: dict[str, type] = {}
+        # kind -> pydantic model of the typed kinds; the process's REGISTRY fills the one
+        # engine/payload_types.py looks up at enqueue
+        self.payload_models: dict[str, type] = {} if payload_models is None else payload_models
 
     def add(self, definition: TaskDef) -> None:
         existing = self._defs.get(definition.kind)
@@ -49,7 +51,7 @@ class Registry:
         return len(self._defs)
 
 
-REGISTRY = Registry()
+REGISTRY = Registry(MODELS)
 
 
 def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
@@ -78,8 +80,6 @@ def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: f
     options = {"kind": kind, "queue": queue, "max_attempts": max_attempts, "timeout": timeout, "retry": policy}
     define = TaskDef
     if payload is not None:
-        from .payload_types import TypedTaskDef, check_model
-
         options["payload_model"] = check_model(kind, payload)
         define = TypedTaskDef
 

@@ -117,7 +117,7 @@ class _NoRun:
     def __exit__(self, *exc) -> None:
         return None
 
-    def settled(self, settlement, exc: BaseException | None = None):
+    def settled(self, settlement, exc: BaseException | None = None, *, retry_asked: bool = False):
         return settlement
 
 
@@ -144,8 +144,9 @@ class _TracedRun:
         self.token = context.attach(trace.set_span_in_context(self.span))
         return self
 
-    def settled(self, settlement, exc: BaseException | None = None):
-        """Set the span's status from the run's outcome; returns `settlement`."""
+    def settled(self, settlement, exc: BaseException | None = None, *, retry_asked: bool = False):
+        """Set the span's status from the run's outcome; returns `settlement`. `retry_asked`: `exc`
+        is the handler's Retry, a request rather than an error (not recorded as an exception)."""
         from opentelemetry.trace import Status, StatusCode
 
         span, outcome = self.span, settlement.outcome
@@ -153,9 +154,7 @@ class _TracedRun:
         if outcome in ("completed", "step"):
             span.set_status(Status(StatusCode.OK))
             return settlement
-        from .model import Retry
-
-        if exc is not None and not isinstance(exc, Retry):  # a Retry is a request, not an error
+        if exc is not None and not retry_asked:
             span.record_exception(exc)
         span.set_attribute("error.type", _class_name(exc) if exc is not None else _error_type(settlement.error))
         span.set_status(Status(StatusCode.ERROR, (settlement.error or outcome)[:500]))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# the source tree's own version (pyproject.toml's), for a run without an install; skiplock.__version__
+SOURCE_VERSION = "0.1.0"
+
 
 def package_version() -> str:
     """The version pip installed (pyproject.toml's); the source tree's own when run uninstalled."""
@@ -10,6 +13,4 @@ def package_version() -> str:
     try:
         return version("skiplock")
     except PackageNotFoundError:  # e.g. PYTHONPATH=services, no install
-        from .. import __version__
-
-        return __version__
+        return SOURCE_VERSION

@@ -1,10 +1,9 @@
-"""The maintenance services the scheduler runs: the reclaimer, retention, the queue gauges, and
-the worker registry's removal of dead workers and its gauges.
+"""The maintenance services the scheduler runs besides the reclaimer (engine/reclaim.py, which
+workers run too): retention, the queue gauges, flow control's upkeep, and the worker registry's
+removal of dead workers and its gauges.
 
-Each has `run_once()` returning what it did, and is safe to run in every replica at once: the
-reclaimer and retention lock the rows they change with SKIP LOCKED; the gauges only read. Workers
-run this same reclaimer as a fallback (worker/keeper.py, Keeper.reclaim_once) for installations
-without a scheduler.
+Each has `run_once()` returning what it did, and is safe to run in every replica at once:
+retention locks the rows it changes with SKIP LOCKED; the gauges only read.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..engine.logs import log_task_failed
 from ..engine.metrics import Metrics
 from ..engine.model import STATES
 from ..engine.store import Store
@@ -23,35 +21,8 @@ log = logging.getLogger("skiplock.maintenance")
 
 # rows per statement: small batches keep each transaction's locks short
 BATCH = 500
-# batches per run_once of the reclaimer, so one run never monopolizes a replica; the next run continues
-MAX_BATCHES = 20
 # how long one retention run deletes before it lets the scheduler fire what is due
 RUN_SECONDS = 1.0
-
-
-class Reclaimer:
-    """Expired leases back to `queued` (reclaims + 1), or to `failed` past the budget;
-    `cancelling` with an expired lease to `cancelled`."""
-
-    def __init__(self, store: Store, metrics: Metrics, max_reclaims: int):
-        self.store, self.metrics, self.max_reclaims = store, metrics, max_reclaims
-
-    def run_once(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for _ in range(MAX_BATCHES):
-            rows = self.store.tasks.task_reclaim_expired(self.max_reclaims, limit=BATCH)
-            for row in rows:
-                counts[row.state] = counts.get(row.state, 0) + 1
-                if row.state in ("queued", "failed"):
-                    self.metrics.task_reclaims.labels(row.queue).inc()
-                if row.state == "failed":
-                    log_task_failed(log, task_id=row.id, kind=row.kind, queue=row.queue,
-                                    attempts=row.attempts, error=row.error)
-            if len(rows) < BATCH:
-                break
-        if counts:
-            log.info("reclaimed expired leases", extra={"counts": counts})
-        return counts
 
 
 class Retention:

@@ -15,11 +15,12 @@ import time
 from ..engine.errors import DatabaseUnavailable, MigrationError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.reclaim import Reclaimer
 from ..engine.retry import failures_after
 from ..engine.settings import Settings
 from ..engine.store import Store
 from .firing import Firer
-from .maintenance import LimitUpkeep, QueueGauges, Reclaimer, Retention, StaleWorkers, WorkerGauges
+from .maintenance import LimitUpkeep, QueueGauges, Retention, StaleWorkers, WorkerGauges
 
 log = logging.getLogger("skiplock.scheduler")
 

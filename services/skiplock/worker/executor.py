@@ -45,7 +45,7 @@ class Executor:
                     payload = handler_payload(definition, payload)
                 value = definition.fn(run.ctx, payload)
             except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-                return span.settled(self._failure(run, exc), exc)
+                return span.settled(self._failure(run, exc), exc, retry_asked=isinstance(exc, Retry))
             finally:
                 current_task.reset(running)
             return span.settled(self._success(run, value))
@@ -70,7 +70,7 @@ class Executor:
                 timeout = TimeoutError(f"timed out after {definition.timeout:g}s")
                 return span.settled(self._failure(run, timeout), timeout)
             except BaseException as exc:  # noqa: BLE001
-                return span.settled(self._failure(run, exc), exc)
+                return span.settled(self._failure(run, exc), exc, retry_asked=isinstance(exc, Retry))
 
     def _success(self, run: Run, value) -> Settlement:
         if value is None:  # the common case: nothing to encode or check

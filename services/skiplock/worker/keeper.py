@@ -16,8 +16,8 @@ import time
 
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.reclaim import Reclaimer
 from ..engine.store import Store
-from ..scheduler.maintenance import Reclaimer
 from .claimer import Claimer
 from .completer import Completer
 from .executor import retry_later

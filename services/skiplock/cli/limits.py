@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from .engine.errors import LimitNotFound, SkiplockError
-from .engine.settings import Settings
+from ..engine.errors import LimitNotFound, SkiplockError
+from ..engine.settings import Settings
+from .command import actor, open_store, print_table
 
 
 def add_parsers(sub) -> None:
@@ -33,12 +34,13 @@ def add_parsers(sub) -> None:
     ap.add_argument("-f", "--file", required=True, help="YAML file: a list of limits or `limits: [...]`")
     ap.add_argument("--prune", action="store_true", help="also delete the limits of kinds the file does not name")
     ap.add_argument("--dry-run", action="store_true", help="validate the file; change nothing")
+    lm.set_defaults(run=run)
 
 
-def run(args, settings: Settings) -> int:
-    from .engine.limits import Limit, load_file
-    from .engine.store import Store
+def run(args) -> int:
+    from ..engine.limits import Limit, load_file
 
+    settings = Settings.from_env()
     if args.action == "set":
         limit = Limit.build(args.kind, args.concurrency, args.rate, args.burst)
     elif args.action == "apply":
@@ -48,10 +50,10 @@ def run(args, settings: Settings) -> int:
                 print(f"valid: {limit.kind} ({describe(limit)})")
             return 0
     elif args.action == "delete":
-        from .engine.settings import check_name
+        from ..engine.settings import check_name
 
         check_name("task kind", args.kind)
-    store = Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    store = open_store(settings)
     try:
         if args.action == "set":
             _set(store, limit)
@@ -74,8 +76,7 @@ def describe(limit) -> str:
 
 
 def _set(store, limit) -> None:
-    from .api.flow_control import change_of, limit_detail
-    from .cli_tasks import actor
+    from ..api.listings import change_of, limit_detail
 
     with store.transaction() as tx:
         change = change_of(tx.limits.limit_upsert(limit))
@@ -85,7 +86,6 @@ def _set(store, limit) -> None:
 
 
 def _delete(store, kind: str) -> None:
-    from .cli_tasks import actor
 
     who = actor()
     try:
@@ -103,8 +103,7 @@ def _delete(store, kind: str) -> None:
 
 
 def _apply(store, limits, prune: bool) -> None:
-    from .cli_tasks import actor
-    from .engine.limits import apply_limits
+    from ..engine.limits import apply_limits
 
     with store.transaction() as tx:
         report = apply_limits(tx, limits, prune=prune)
@@ -118,8 +117,7 @@ def _apply(store, limits, prune: bool) -> None:
 
 
 def _list(store, output: str) -> None:
-    from .api.flow_control import limit_listing
-    from .cli import _print_table
+    from ..api.listings import limit_listing
 
     body = limit_listing(store)
     if output == "json":
@@ -130,8 +128,8 @@ def _list(store, output: str) -> None:
              "-" if b["tokens"] is None else f"{b['tokens']:.1f}",
              dt.datetime.fromisoformat(b["updated_at"].replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S"))
             for b in body["limits"]]
-    _print_table(("KIND", "CONCURRENCY", "RATE", "BURST", "THROTTLED", "RUNNING", "SATURATION", "TOKENS",
-                  "UPDATED (UTC)"), rows, "no limits")
+    print_table(("KIND", "CONCURRENCY", "RATE", "BURST", "THROTTLED", "RUNNING", "SATURATION", "TOKENS",
+                 "UPDATED (UTC)"), rows, "no limits")
 
 
 def _cell(value) -> str:

@@ -1,0 +1,7 @@
+"""`python -m skiplock.cli`: the `skiplock` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

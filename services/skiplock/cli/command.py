@@ -1,0 +1,122 @@
+"""What the `skiplock` commands share: the actor their audit rows name, the one-connection store
+a command opens, and how answers are printed (an aligned table, or with `-o json` one JSON
+document, the API's answer to the same request).
+
+Nothing here imports Flask or werkzeug: only `skiplock api` loads them, when it starts the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import json
+import os
+
+from ..engine.errors import InvalidInput, SkiplockError
+from ..engine.settings import Settings
+
+
+def actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return f"cli:uid-{os.getuid()}"
+
+
+def open_store(settings: Settings):
+    """The store of one command: one connection, named `cli`; the caller closes it."""
+    from ..engine.store import Store
+
+    return Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+
+
+def output_option() -> argparse.ArgumentParser:
+    """`-o table|json`, as a parent parser of the commands that answer as the API does."""
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                     help="an aligned table (default) or one JSON document, the API's answer")
+    return out
+
+
+def run_work(args, settings: Settings, work) -> int:
+    """Run `work` (a function of the store returning (JSON body, table printer)) on a store of
+    its own, and print its answer as `-o` asks. `work` was planned, its input parsed and
+    validated, before this connects: a bad filter fails without a database."""
+    store = open_store(settings)
+    try:
+        try:
+            body, table = work(store)
+        except SkiplockError as exc:
+            _record_refusal(store, getattr(work, "audit", None), exc)
+            raise
+    finally:
+        store.close()
+    if args.output == "json":
+        print(json.dumps(body, indent=2, default=str))
+    else:
+        table()
+    return 0
+
+
+def _record_refusal(store, audit: tuple[str, str | None] | None, exc: SkiplockError) -> None:
+    """A refused change (not found, not cancellable): its audit row, as the API writes one."""
+    if audit is None or not 400 <= exc.status < 500:
+        return
+    action, target = audit
+    store.audit.audit_insert(actor=actor(), action=action, target=target, request_id=None, outcome=exc.code,
+                             detail={"message": " ".join(str(exc).split())[:500]})
+
+
+class _Options(dict):
+    """Option values by query parameter, read as parse_query reads a query string."""
+
+    def getlist(self, name: str) -> list[str]:
+        return self.get(name, [])
+
+
+def query(fields, values: dict, flags: dict[str, str]) -> dict:
+    """Options checked as the route checks its query string (its declared `fields`); errors
+    name the option."""
+    from ..api.schema import parse_query
+
+    given = _Options()
+    for k, vs in values.items():
+        if vs is not None:
+            given[k] = list(vs) if isinstance(vs, list) else [vs]
+    try:
+        return parse_query(fields, given)
+    except InvalidInput as exc:
+        name, _, rest = str(exc).partition(":")
+        raise InvalidInput(f"--{flags.get(name, name).replace('_', '-')}:{rest}") from None
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]], empty: str) -> None:
+    """Columns aligned to their widest cell, or `empty` when there are no rows."""
+    if not rows:
+        print(empty)
+        return
+    rows = [header, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def page_table(header, rows, empty: str, next_cursor: str | None) -> None:
+    print_table(header, rows, empty)
+    if next_cursor:
+        print(f"more: --cursor {next_cursor}")
+
+
+def cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        if value.endswith("Z") and "T" in value:  # a time from render.iso: to the second
+            try:
+                return dt.datetime.fromisoformat(value[:-1]).strftime("%Y-%m-%d %H:%M:%S")
+            except ValueError:
+                pass
+        return " ".join(value.split())
+    return json.dumps(value, separators=(",", ":"), default=str)
+

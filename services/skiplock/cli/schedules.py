@@ -1,0 +1,116 @@
+"""`skiplock schedules apply|list|delete|pause|resume|fire|fires`: schedules, declared in a
+YAML file and applied; `fire` writes the audit row POST /v1/schedules/{name}/fire writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from ..engine.errors import InvalidInput, SkiplockError
+from ..engine.settings import Settings
+from .command import actor, open_store, print_table
+
+
+def add_parsers(sub) -> None:
+    sc = sub.add_parser("schedules", help="manage schedules (declarative: apply a file)")
+    scs = sc.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ap = scs.add_parser("apply", help="create or update the schedules a YAML file declares")
+    ap.add_argument("-f", "--file", required=True, help="YAML file: a list of schedules or `schedules: [...]`")
+    ap.add_argument("--prune", action="store_true", help="also delete schedules the file does not name")
+    ap.add_argument("--dry-run", action="store_true", help="validate the file; change nothing")
+    scs.add_parser("list", help="show every schedule and when it fires next")
+    for action, text in (("delete", "delete a schedule"), ("pause", "stop firing a schedule"),
+                         ("resume", "fire a paused schedule again, from its next time after now"),
+                         ("fire", "enqueue its task now, under the current tick's idempotency key (audited)"),
+                         ("fires", "its last decisions: fired, skipped, buffered or missed, with the lag")):
+        a = scs.add_parser(action, help=text)
+        a.add_argument("name")
+        if action == "fires":
+            a.add_argument("--limit", type=int, default=20, help="how many, newest first (1-1000, default 20)")
+    sc.set_defaults(run=run)
+
+
+def run(args) -> int:
+    return _schedules(args, Settings.from_env())
+
+
+def _schedules(args, settings: Settings) -> int:
+    from ..engine.schedule_actions import apply_schedules, set_schedule_enabled
+    from ..engine.schedules import load_file
+
+    definitions = load_file(args.file) if args.action == "apply" else None
+    if args.action == "apply" and args.dry_run:
+        from ..engine.schedules import check_schedule_payloads
+
+        check_schedule_payloads(definitions, settings.max_payload_bytes)
+        for s in definitions:
+            print(f"valid: {s.name} ({s.describe})")
+        return 0
+    if args.action == "fires" and not 1 <= args.limit <= 1000:
+        raise InvalidInput(f"--limit {args.limit}: must be 1-1000")
+    store = open_store(settings)
+    try:
+        if args.action == "apply":
+            report = apply_schedules(store, definitions, prune=args.prune,
+                                            max_payload_bytes=settings.max_payload_bytes)
+            for outcome in ("created", "updated", "unchanged", "deleted"):
+                for name in report[outcome]:
+                    print(f"{outcome}: {name}")
+            print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
+        elif args.action == "list":
+            _print_schedules(store.schedules.schedule_list())
+        elif args.action == "delete":
+            store.schedules.schedule_delete(args.name)
+            print(f"deleted: {args.name}")
+        elif args.action == "fire":
+            _fire_schedule(store, args.name, settings)
+        elif args.action == "fires":
+            _print_fires(store, args.name, args.limit)
+        else:
+            set_schedule_enabled(store, args.name, args.action == "resume")
+            print(f"{'resumed' if args.action == 'resume' else 'paused'}: {args.name}")
+    finally:
+        store.close()
+    return 0
+
+
+def _fire_schedule(store, name: str, settings: Settings) -> None:
+    """As POST /v1/schedules/{name}/fire: the task of the current tick, and an audit row
+    (`schedule.fire`, actor cli:<os user>), also when the schedule is not found."""
+    from ..api.render import iso
+    from ..engine.schedule_actions import fire_schedule_now
+
+    who = actor()
+    try:
+        with store.transaction() as tx:
+            nominal, task_id, created = fire_schedule_now(tx, name, detail=f"fired now by {who}",
+                                                          max_payload_bytes=settings.max_payload_bytes)
+            tx.audit.audit_insert(actor=who, action="schedule.fire", target=name, request_id=None, outcome="ok",
+                                  detail={"nominal_at": iso(nominal), "task_id": str(task_id), "created": created})
+    except SkiplockError as exc:
+        if 400 <= exc.status < 500:
+            store.audit.audit_insert(actor=who, action="schedule.fire", target=name, request_id=None,
+                                     outcome=exc.code, detail={"message": " ".join(str(exc).split())[:500]})
+        raise
+    tick = iso(nominal)
+    print(f"fired: {name} at {tick}, task {task_id}" if created
+          else f"already fired in this tick: {name} at {tick}, task {task_id}")
+
+
+def _print_fires(store, name: str, limit: int) -> None:
+    store.schedules.schedule_get(name)  # an unknown name is an error, not an empty list
+    rows = [(nominal_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), outcome,
+             f"{(at - nominal_at).total_seconds():.3f}", "-" if task_id is None else str(task_id), detail or "")
+            for _schedule, nominal_at, at, outcome, task_id, detail in store.schedules.schedule_fires_list(name, limit)]
+    print_table(("NOMINAL (UTC)", "OUTCOME", "LAG (S)", "TASK", "DETAIL"), rows, f"no decisions for {name} yet")
+
+
+def _print_schedules(statuses) -> None:
+    header = ("NAME", "KIND", "QUEUE", "WHEN", "OVERLAP", "CATCHUP", "STATE", "NEXT FIRE (UTC)", "FIRES", "SKIPS")
+    rows = []
+    for st in statuses:
+        s = st.schedule
+        rows.append((s.name, s.kind, s.queue, s.describe, s.overlap, s.catchup,
+                     "enabled" if s.enabled else "paused",
+                     st.next_fire_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                     str(st.fires), str(st.skips)))
+    print_table(header, rows, "no schedules")

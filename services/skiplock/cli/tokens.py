@@ -1,0 +1,31 @@
+"""`skiplock tokens new`: an API credential. Reads no settings and opens no database."""
+
+from __future__ import annotations
+
+from ..engine.settings import API_ROLES, check_name
+
+
+def add_parsers(sub) -> None:
+    tk = sub.add_parser("tokens", help="make API credentials (SKIPLOCK_API_TOKENS entries)")
+    tks = tk.add_subparsers(dest="action", required=True, metavar="ACTION")
+    new = tks.add_parser("new", help="print a new random token (shown once) and its SKIPLOCK_API_TOKENS entry")
+    new.add_argument("--name", required=True, help="who uses it; the audit log's actor")
+    new.add_argument("--role", required=True, choices=API_ROLES, help="what it may do")
+    tk.set_defaults(run=run)
+
+
+def run(args) -> int:
+    return _new_token(args.name, args.role)
+
+
+def _new_token(name: str, role: str) -> int:
+    """A token only its holder knows: the API is configured with its SHA-256 (api/auth.py)."""
+    import hashlib
+    import secrets
+
+    check_name("token", name)
+    token = "skl_" + secrets.token_urlsafe(32)  # the prefix lets secret scanners spot a leaked one
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    print(f"token: {token}   (shown once: the client sends `Authorization: Bearer <token>`)")
+    print(f"entry: {name}:{role}:{digest}   (add to SKIPLOCK_API_TOKENS, comma-separated)")
+    return 0
