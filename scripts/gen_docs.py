@@ -2,7 +2,7 @@
 """Writes the docs' generated tables from their sources, between marker comments:
 
   README.md, docs/CONTRACT.md, docs/CONFIGURATION.md   the SKIPLOCK_* tables, from
-                                                       skiplock.engine.settings.VARIABLES
+                                                       skiplock.engine.settings.VARIABLES (declared by each role's module)
   charts/skiplock/README.md                            the values table, from the `# --` comments of
                                                        charts/skiplock/values.yaml (helm-docs' conventions)
 
@@ -61,13 +61,16 @@ _ENV_HEADER = ["| variable | default | meaning |", "|---|---|---|"]
 
 
 def env_contract() -> str:
-    """docs/CONTRACT.md: the variables the contract names, with their meaning as the contract has it."""
-    return "\n".join(_ENV_HEADER + [_row(v, v.meaning) for v in settings.VARIABLES if v.contract])
+    """docs/CONTRACT.md: the variables the contract names, in their declared rows (Variable.contract),
+    with their meaning as the contract has it."""
+    rows = sorted((v for v in settings.VARIABLES if v.contract), key=lambda v: v.contract)
+    return "\n".join(_ENV_HEADER + [_row(v, v.meaning) for v in rows])
 
 
 def env_readme() -> str:
     """README.md: the few a user sets first."""
-    return "\n".join(_ENV_HEADER + [_row(v, v.meaning) for v in settings.VARIABLES if v.readme])
+    rows = sorted((v for v in settings.VARIABLES if v.readme), key=lambda v: v.readme)
+    return "\n".join(_ENV_HEADER + [_row(v, v.meaning) for v in rows])
 
 
 def env_full() -> str:
