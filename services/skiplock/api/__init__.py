@@ -25,8 +25,10 @@ def main(settings, *, bind: str = "0.0.0.0:8080", workers: int = 2, threads: int
     from ..engine.errors import ConfigError
     from ..engine.registry import import_task_modules
     from ..engine.tracing_setup import setup_from_environment
+    from ..engine.settings import ApiSettings
     from .auth import Authenticator
 
+    settings = ApiSettings.of(settings)  # the API's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
     if workers < 1:
         raise ConfigError(f"--workers {workers}: must be a positive integer")

@@ -23,7 +23,7 @@ from ..engine.errors import (DatabaseError, DatabaseUnavailable, Forbidden, Inva
                              MethodNotAllowed as MethodRefused, PayloadTooLarge, RouteNotFound, SkiplockError, TooManyRequests, Unauthorized)
 from ..engine.model import uuid7
 from ..engine.registry import import_task_modules
-from ..engine.settings import Settings
+from ..engine.settings import ApiSettings, Settings
 from ..engine.store import Store
 from . import refusals
 from .audit import record_refusal
@@ -46,8 +46,9 @@ RESOURCES = ("index", "health", "openapi", "tasks", "queues", "kinds", "flow_con
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask:
-    settings = settings or Settings.from_env()
+def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int = 8) -> Flask:
+    # the API's variables, and no other (engine/settings: each Variable names its roles)
+    settings = ApiSettings.of(settings or Settings.from_env())
     tracing_setup.setup_from_environment("api")  # only when OTEL_TRACES_EXPORTER names an exporter
     # refuses to build an open API by accident: before anything is started
     auth = Authenticator(settings.api_tokens, enabled=settings.api_auth == "enabled")
@@ -76,7 +77,7 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     return app
 
 
-def _replica(settings: Settings, primary: Store, pool_size: int, metrics: ApiMetrics) -> Replica | None:
+def _replica(settings: ApiSettings, primary: Store, pool_size: int, metrics: ApiMetrics) -> Replica | None:
     """SKIPLOCK_READ_DATABASE_URL's pool, as large as the primary's (replica.py routes the reads).
     It gives up on a connection sooner than the primary's pool, and on an answer a little after
     the statement timeout (a silent path to it), so that a replica that is gone costs a read

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from flask import current_app, g
 
-from ..engine.settings import Settings
+from ..engine.settings import ApiSettings
 from ..engine.store import Store
 from .auth import Authenticator
 from .limits import Limits
@@ -23,7 +23,7 @@ KEY = "skiplock"
 
 @dataclasses.dataclass
 class ApiContext:
-    settings: Settings
+    settings: ApiSettings
     store: Store
     auth: Authenticator
     metrics: ApiMetrics

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from ..engine.errors import TooManyRequests
-from ..engine.settings import Settings
+from ..engine.settings import ApiSettings
 
 
 class _Bucket:
@@ -31,7 +31,7 @@ class Limits:
     """Owns every counter; request threads call `admit()` and `large_body()` and call the
     release they got back when the request ends."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, settings: ApiSettings, clock: Callable[[], float] = time.monotonic):
         self.rate = settings.api_submit_rate
         self.burst = max(1.0, float(settings.api_submit_burst))
         self.concurrency = settings.api_submit_concurrency

@@ -20,7 +20,7 @@ import time
 from ..engine import migrate
 from ..engine.errors import SkiplockError
 from ..engine.metrics import MetricsServer
-from ..engine.settings import Settings
+from ..engine.settings import ApiSettings
 from .request_metrics import render_summed
 
 log = logging.getLogger("skiplock.api")
@@ -32,7 +32,7 @@ class _SummedMetrics:
 
 
 class MasterProbes:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: ApiSettings):
         """Takes the port now, before gunicorn starts: ConfigError names a port it cannot take."""
         self.settings = settings
         self.arbiter = None

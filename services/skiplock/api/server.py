@@ -15,7 +15,7 @@ from gunicorn.util import parse_address
 
 from ..engine.errors import ConfigError
 from ..engine.metrics import listen_failure
-from ..engine.settings import API_WORKER_TIMEOUT_SECONDS, Settings
+from ..engine.settings import API_WORKER_TIMEOUT_SECONDS, ApiSettings, Settings
 from .connections import ApiWorker
 from .gunicorn_classes import ApiLogger
 from .probes import MasterProbes
@@ -68,8 +68,8 @@ def check_bind(bind: str) -> None:
 
 
 class ApiServer(BaseApplication):
-    def __init__(self, settings: Settings, *, bind: str, workers: int, threads: int):
-        self.settings = settings
+    def __init__(self, settings: Settings | ApiSettings, *, bind: str, workers: int, threads: int):
+        self.settings = settings = ApiSettings.of(settings)
         self.probes = MasterProbes(settings)  # /healthz, /readyz, /metrics on SKIPLOCK_METRICS_PORT
         self.options = dict(
             # gthread with read deadlines, its own refusals in the API's JSON shape; its log lines

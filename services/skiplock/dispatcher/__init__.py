@@ -8,8 +8,10 @@ def main(settings) -> int:
     from ..engine import logs, migrate
     from ..engine.errors import ConfigError
     from ..engine.lifecycle import run_role
+    from ..engine.settings import DispatcherSettings
     from .dispatcher import Dispatcher
 
+    settings = DispatcherSettings.of(settings)  # the dispatcher's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
     if settings.shutdown_grace_seconds >= settings.webhook_lease_seconds:
         raise ConfigError(f"SKIPLOCK_SHUTDOWN_GRACE_SECONDS={settings.shutdown_grace_seconds:g}: must be < "

@@ -30,7 +30,7 @@ from ..engine.errors import DatabaseUnavailable, InvalidInput
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.retry import failures_after
-from ..engine.settings import Settings
+from ..engine.settings import DispatcherSettings, Settings
 from ..engine import tracing
 from ..engine.store import Delivery, Store
 from ..engine.webhooks import SECRET_PREFIX, AddressGuard, Target, redacted, sign
@@ -94,7 +94,7 @@ def without_secrets(text: str, d: Delivery, target: Target | None = None) -> str
     return text
 
 
-def decide(attempt: Attempt, attempt_number: int, settings: Settings) -> tuple[str, float | None]:
+def decide(attempt: Attempt, attempt_number: int, settings: DispatcherSettings) -> tuple[str, float | None]:
     """(outcome, delay): 'delivered', 'gone' (410: disable the endpoint), 'retry' after delay, or
     'dead' once the attempts are spent."""
     status = attempt.status
@@ -115,7 +115,7 @@ def decide(attempt: Attempt, attempt_number: int, settings: Settings) -> tuple[s
 class Sender:
     """Sends one delivery. Thread-safe: one pooled httpx client shared by the sending threads."""
 
-    def __init__(self, settings: Settings, guard: AddressGuard):
+    def __init__(self, settings: DispatcherSettings, guard: AddressGuard):
         total = settings.webhook_timeout_seconds
         self.total = total
         self.guard = guard
@@ -218,8 +218,10 @@ class Sender:
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings, store: Store, metrics: Metrics | None = None, stop: Stop | None = None):
-        self.settings, self.store = settings, store
+    def __init__(self, settings: Settings | DispatcherSettings, store: Store, metrics: Metrics | None = None, stop: Stop | None = None):
+        # the dispatcher's variables, and no other (engine/settings: each Variable names its roles)
+        self.settings = settings = DispatcherSettings.of(settings)
+        self.store = store
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

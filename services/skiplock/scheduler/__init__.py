@@ -12,8 +12,10 @@ def main(settings) -> int:
     from ..engine.lifecycle import run_role
     from ..engine.schedule_actions import apply_schedules
     from ..engine.schedules import load_file
+    from ..engine.settings import SchedulerSettings
     from .scheduler import Scheduler
 
+    settings = SchedulerSettings.of(settings)  # the scheduler's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
     url = settings.require_database_url()
     migrate.require_current(url, settings.db_schema)

@@ -17,7 +17,7 @@ from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.reclaim import Reclaimer
 from ..engine.retry import failures_after
-from ..engine.settings import Settings
+from ..engine.settings import SchedulerSettings, Settings
 from ..engine.store import Store
 from .firing import Firer
 from .maintenance import LimitUpkeep, QueueGauges, Retention, StaleWorkers, WorkerGauges
@@ -30,9 +30,11 @@ MAX_BACKOFF = 10.0
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, store: Store, metrics: Metrics | None = None,
+    def __init__(self, settings: Settings | SchedulerSettings, store: Store, metrics: Metrics | None = None,
                  stop: Stop | None = None):
-        self.settings, self.store = settings, store
+        # the scheduler's variables, and no other (engine/settings: each Variable names its roles)
+        self.settings = settings = SchedulerSettings.of(settings)
+        self.store = store
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
         self.firer = Firer(store, self.metrics, max_payload_bytes=settings.max_payload_bytes)

@@ -9,8 +9,10 @@ def main(settings) -> int:
     from ..engine.errors import ConfigError
     from ..engine.registry import REGISTRY, import_task_modules
     from ..engine.lifecycle import run_role
+    from ..engine.settings import WorkerSettings
     from .worker import Worker, WorkerConfig
 
+    settings = WorkerSettings.of(settings)  # the worker's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
     url = settings.require_database_url()
     WorkerConfig.from_settings(settings)  # a refused combination of settings fails before connecting

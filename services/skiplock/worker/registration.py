@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from ..engine.settings import Settings
+from ..engine.settings import WorkerSettings
 from ..engine.store import Store, WorkerRecord
 from ..engine.version import package_version
 
@@ -24,7 +24,7 @@ log = logging.getLogger("skiplock.worker.registration")
 class Registration:
     """Owns this worker's row: what it registers, and how many beats reached the table."""
 
-    def __init__(self, store: Store, settings: Settings, worker_id: str, queues: Sequence[str],
+    def __init__(self, store: Store, settings: WorkerSettings, worker_id: str, queues: Sequence[str],
                  concurrency: int, lease_seconds: float):
         self.store = store
         self.record = WorkerRecord(id=worker_id, host=settings.pod_name or socket.gethostname(),

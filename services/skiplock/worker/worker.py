@@ -35,7 +35,7 @@ from ..engine.errors import ConfigError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.registry import REGISTRY, Registry
-from ..engine.settings import Settings
+from ..engine.settings import Settings, WorkerSettings
 from ..engine.store import Store
 from .claimer import Claimer
 from .completer import Completer
@@ -73,7 +73,8 @@ class WorkerConfig:
     listen_url: str | None = None     # None: the store's own URL
 
     @classmethod
-    def from_settings(cls, s: Settings) -> "WorkerConfig":
+    def from_settings(cls, settings: Settings | WorkerSettings) -> "WorkerConfig":
+        s = WorkerSettings.of(settings)
         if s.listen and not s.listen_database_url and s.database_pooler == "transaction":
             # the pooler would hand the LISTEN to a server connection and then give that to others
             raise ConfigError("SKIPLOCK_DATABASE_POOLER=transaction: a worker cannot LISTEN through a "
@@ -90,9 +91,10 @@ class WorkerConfig:
 class Worker:
     """The wiring of the parts, and the shutdown contract."""
 
-    def __init__(self, settings: Settings, store: Store, *, registry: Registry | None = None,
+    def __init__(self, settings: Settings | WorkerSettings, store: Store, *, registry: Registry | None = None,
                  metrics: Metrics | None = None, stop: Stop | None = None, name: str | None = None):
-        self.settings = settings
+        # the worker's variables, and no other (engine/settings: each Variable names its roles)
+        self.settings = settings = WorkerSettings.of(settings)
         self.config = config = WorkerConfig.from_settings(settings)
         self.store = store
         self.registry = REGISTRY if registry is None else registry  # an empty Registry is falsy

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from flask import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from ...engine.settings import Settings
+from ...engine.settings import ApiSettings
 from ..auth import ANONYMOUS, Principal
 
 COOKIE = "skiplock_console"
@@ -43,7 +43,7 @@ class Session(NamedTuple):
     principal: Principal | None  # None: not signed in (the login form still needs its CSRF token)
 
 
-def signing_key(settings: Settings) -> bytes:
+def signing_key(settings: ApiSettings) -> bytes:
     if settings.api_tokens:
         material = "\n".join(f"{t.name}:{t.role}:{t.sha256}" for t in sorted(settings.api_tokens))
     else:
@@ -52,7 +52,7 @@ def signing_key(settings: Settings) -> bytes:
 
 
 class Sessions:
-    def __init__(self, settings: Settings, auth_enabled: bool):
+    def __init__(self, settings: ApiSettings, auth_enabled: bool):
         self._serializer = URLSafeTimedSerializer(signing_key(settings), salt="skiplock.console")
         self._roles = {t.name: t.role for t in settings.api_tokens}
         self.auth_enabled = auth_enabled

@@ -34,7 +34,7 @@ __all__ = ["API_MAX_WAIT_CEILING", "API_ROLES", "API_WORKER_TIMEOUT_SECONDS", "A
            "Bound", "CLAIM_LANES_MAX", "EnvReader", "GROUPS", "NAME_RE", "POOLERS", "PREFIX", "ROLES",
            "SCHEMA_RE", "Settings", "Variable", "VARIABLES", "check_name", "check_pooler", "declared_default",
            "parse_api_tokens", "ApiSettings", "DatabaseSettings", "DispatcherSettings", "SchedulerSettings",
-           "WorkerSettings", "ROLE_SETTINGS"]
+           "WorkerSettings", "ROLE_SETTINGS", "declared_by"]
 
 # every variable; each group's rows in docs/CONFIGURATION.md come in this order
 VARIABLES: tuple[Variable, ...] = (shared.VARIABLES + worker.VARIABLES + scheduler.VARIABLES

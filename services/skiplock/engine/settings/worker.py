@@ -50,7 +50,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HEARTBEAT_SECONDS", 10.0, "must be ≤ lease / 3 or startup fails", WORKER, _W, kind="number",
              shown="lease / 3", derive=lambda values: values["lease_seconds"] / 3,
              more="how often a worker renews every claim it holds, in one statement", contract=9),
-    Variable("POLL_SECONDS", 1.0, "poll interval when no notification arrives", WORKER, ("worker", "scheduler", "dev"),
+    # the scheduler and the dispatcher wait at most this long too between two looks at their tables
+    Variable("POLL_SECONDS", 1.0, "poll interval when no notification arrives", WORKER,
+             ("worker", "scheduler", "dispatcher", "dev"),
              kind="number", bound=positive(),
              more="also how soon the scheduler sees that a `buffer_one` schedule's previous task ended",
              contract=11),
