@@ -136,6 +136,12 @@ class Settings:
     pod_deletion_cost_seconds: float = 5.0
 
     def __post_init__(self) -> None:
+        from .store.conninfo import check_database_url  # the store imports this module
+
+        for variable, url in (("SKIPLOCK_DATABASE_URL", self.database_url),
+                              ("SKIPLOCK_LISTEN_DATABASE_URL", self.listen_database_url),
+                              ("SKIPLOCK_READ_DATABASE_URL", self.read_database_url)):
+            check_database_url(variable, url)
         if not SCHEMA_RE.fullmatch(self.db_schema):
             raise ConfigError(f"SKIPLOCK_DB_SCHEMA: invalid schema name {self.db_schema!r}")
         for q in self.queues:
