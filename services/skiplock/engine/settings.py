@@ -91,6 +91,7 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     claim_batch: int = 0  # 0: as many as free slots
     claim_lanes: int = 0  # 0: no bound on the claims of one queue at once
+    max_children_per_run: int = 10_000  # ctx.enqueue's bound (worker/task_context.py)
     stuck_grace_seconds: float = 10.0
     metrics_port: int = 9090
     dev_api_port: int = 8080  # `skiplock dev` serves the HTTP API here (0: any free port)
@@ -136,6 +137,12 @@ class Settings:
     pod_deletion_cost_seconds: float = 5.0
 
     def __post_init__(self) -> None:
+        from .store.conninfo import check_database_url  # the store imports this module
+
+        for variable, url in (("SKIPLOCK_DATABASE_URL", self.database_url),
+                              ("SKIPLOCK_LISTEN_DATABASE_URL", self.listen_database_url),
+                              ("SKIPLOCK_READ_DATABASE_URL", self.read_database_url)):
+            check_database_url(variable, url)
         if not SCHEMA_RE.fullmatch(self.db_schema):
             raise ConfigError(f"SKIPLOCK_DB_SCHEMA: invalid schema name {self.db_schema!r}")
         for q in self.queues:
@@ -170,6 +177,8 @@ class Settings:
         if not 0 <= self.claim_lanes <= CLAIM_LANES_MAX:
             raise ConfigError(f"SKIPLOCK_CLAIM_LANES={self.claim_lanes}: must be 0-{CLAIM_LANES_MAX} "
                               "(0: no bound)")
+        if self.max_children_per_run < 1:
+            raise ConfigError(f"SKIPLOCK_MAX_CHILDREN_PER_RUN={self.max_children_per_run}: must be >= 1")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"SKIPLOCK_METRICS_PORT={self.metrics_port}: must be 0-65535")
         if not 0 <= self.dev_api_port <= 65535:
@@ -288,6 +297,7 @@ class Settings:
             max_payload_bytes=env.integer("MAX_PAYLOAD_BYTES"),
             claim_batch=env.integer("CLAIM_BATCH"),
             claim_lanes=env.integer("CLAIM_LANES"),
+            max_children_per_run=env.integer("MAX_CHILDREN_PER_RUN"),
             stuck_grace_seconds=env.number("STUCK_GRACE_SECONDS"),
             metrics_port=env.integer("METRICS_PORT"),
             dev_api_port=env.integer("DEV_API_PORT"),
@@ -521,6 +531,10 @@ VARIABLES: tuple[Variable, ...] = (
              "a worker that finds them all taken looks again after a pause of about 0.1 s, doubling to 1 s",
              _WORKER, more="many worker processes on one queue and a database short of CPU: about its CPU count "
                            "(docs/SCALING.md, many worker processes on one queue)", contract=True),
+    Variable("MAX_CHILDREN_PER_RUN", 10_000, "most tasks one run of a handler may enqueue (`ctx.enqueue`, "
+             "`ctx.enqueue_many`); one more fails the task at once and none of its children is kept", _WORKER,
+             more="they commit with the run's outcome in one transaction, which grows with them: a larger "
+                  "fan-out goes through steps or through children that enqueue the next part", contract=True),
     Variable("STUCK_GRACE_SECONDS", 10.0, "after a kind's `timeout`, how long a handler that ignores "
              "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", _WORKER),
     Variable("SCHEDULES_FILE", None, "a schedules YAML file applied at start-up (a mounted ConfigMap)", _SCHEDULER),

@@ -12,7 +12,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Any
 
-from ..engine.model import ClaimedTask, Parent
+from ..engine.model import ClaimedTask, Parent, TooManyChildren
 from ..engine.store import wait_unbounded
 
 
@@ -24,13 +24,17 @@ _REGISTERED: set[tuple[str, str, str, str]] = set()
 
 
 class TaskContext:
-    __slots__ = ("_task", "_cancel", "_open_tx", "_store")
+    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "_max_children", "_children")
 
-    def __init__(self, task: ClaimedTask, store):
+    def __init__(self, task: ClaimedTask, store, max_children: int = 10_000):
         self._task = task
         self._cancel = False  # set once by another thread, read by the handler: a plain flag will do
         self._open_tx = None  # (connection context manager, connection) while a transaction is held
         self._store = store
+        # the children all commit with the run's outcome, in one transaction that grows with them
+        # and holds their rows' locks meanwhile: SKIPLOCK_MAX_CHILDREN_PER_RUN bounds it
+        self._max_children = max_children
+        self._children = 0
 
     @property
     def log(self) -> logging.Logger:
@@ -99,6 +103,7 @@ class TaskContext:
         and on this task itself."""
         from ..enqueueing import enqueue
 
+        self._count_children(1)
         self._register(options.get("queue", "default"), kind)
         return enqueue(self._held_connection(), kind, payload, schema=self._store.schema, **options)
 
@@ -106,8 +111,17 @@ class TaskContext:
         """skiplock.enqueue_many in this run's transaction, as ctx.enqueue."""
         from ..enqueueing import enqueue_many
 
+        payloads = list(payloads)
+        self._count_children(len(payloads))
         self._register(options.get("queue", "default"), kind)
         return enqueue_many(self._held_connection(), kind, payloads, schema=self._store.schema, **options)
+
+    def _count_children(self, more: int) -> None:
+        if self._children + more > self._max_children:
+            raise TooManyChildren(f"this run enqueued {self._children} children and asked for {more} more: at most "
+                                  f"{self._max_children} per run (SKIPLOCK_MAX_CHILDREN_PER_RUN); enqueue a larger "
+                                  "fan-out in steps or from the children")
+        self._children += more
 
     def _register(self, queue: str, kind: str) -> None:
         """Commit the (queue, kind) pair on its own first (queue_kind_register says why), once per
