@@ -123,3 +123,26 @@ def test_cancelling_the_root_of_an_enqueued_chain_cancels_all_of_it(store, db_ur
     assert states(db, ids) == {"queued": 1, "waiting": 999}
     assert cancel_task(store, ids[0], actor="test") == "cancelled"
     assert states(db, ids) == {"cancelled": 1_000}
+
+
+def test_a_root_cancelled_from_another_table_s_trigger_still_reaches_its_chain(db_url, db):
+    """The walk runs whatever the trigger depth: an application's own trigger that cancels a
+    task (here, on a table of its own) moves every task below it too."""
+    ids = enqueued_chain(db_url, 50)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.orders_cancelled (task_id uuid)")
+        conn.execute("""
+            CREATE FUNCTION public.cancel_order_task() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE skiplock.tasks SET state = 'cancelled', finished_at = now() WHERE id = NEW.task_id;
+                RETURN NULL;
+            END $$""")
+        conn.execute("CREATE TRIGGER orders_cancelled AFTER INSERT ON public.orders_cancelled"
+                     " FOR EACH ROW EXECUTE FUNCTION public.cancel_order_task()")
+        conn.execute("INSERT INTO public.orders_cancelled VALUES (%s)", (ids[0],))
+    assert states(db, ids) == {"cancelled": 50}
+    # and the walk's marker did not outlive it: a later cancel in a new transaction walks too
+    more = enqueued_chain(db_url, 20)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO public.orders_cancelled VALUES (%s)", (more[0],))
+    assert states(db, more) == {"cancelled": 20}

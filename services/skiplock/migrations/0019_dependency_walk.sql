@@ -4,12 +4,14 @@
 -- stopped at its stack depth: cancelling the root of a 500-task chain failed, and so did the
 -- outcome batch of a worker holding such a root.
 --
--- Now the trigger fires for the transition a statement makes (pg_trigger_depth() = 0), and the
--- function walks the graph itself, breadth first, with the tasks still to visit in an array. What
--- it does to each dependent is unchanged (migration 0017): the counters move under the
--- dependent's row lock, each dependent of a task in id order, each read afresh as it is locked
--- (a task reached by two paths). No other trigger changes a task's state, so the depth test
--- skips only the walk's own updates.
+-- Now the function walks the graph itself, breadth first, with the tasks still to visit in an
+-- array. What it does to each dependent is unchanged (migration 0017): the counters move under
+-- the dependent's row lock, each dependent of a task in id order, each read afresh as it is locked
+-- (a task reached by two paths). The walk's own updates fire the trigger too; a transaction-local
+-- setting marks the walk in progress, and those calls return at once (the walk visits their
+-- dependents). A setting, not pg_trigger_depth(): a transition made from inside another trigger
+-- or function (a user's trigger that cancels a task) still reaches its dependents. The setting is
+-- undone with the (sub)transaction that set it, so a walk that raises leaves none behind.
 LOCK TABLE skiplock.tasks IN ACCESS EXCLUSIVE MODE;
 
 CREATE OR REPLACE FUNCTION skiplock.task_watched() RETURNS trigger
@@ -31,6 +33,10 @@ DECLARE
     dep record;
     next_state text;
 BEGIN
+    IF current_setting('skiplock.dependency_walk', true) = 'on' THEN
+        RETURN NULL;  -- an update of the walk in progress, which visits its dependents itself
+    END IF;
+    PERFORM set_config('skiplock.dependency_walk', 'on', true);
     WHILE visit < cardinality(todo_ids) LOOP
         visit := visit + 1;
         cur_id := todo_ids[visit];
@@ -99,6 +105,7 @@ BEGIN
             PERFORM pg_notify('skiplock_' || TG_TABLE_SCHEMA || '_finished', cur_id::text);
         END IF;
     END LOOP;
+    PERFORM set_config('skiplock.dependency_walk', 'off', true);
     RETURN NULL;
 END
 $$;
@@ -107,5 +114,5 @@ DROP TRIGGER tasks_watched ON skiplock.tasks;
 CREATE TRIGGER tasks_watched
     AFTER UPDATE OF state ON skiplock.tasks
     FOR EACH ROW
-    WHEN (NEW.watched AND OLD.state IS DISTINCT FROM NEW.state AND pg_trigger_depth() = 0)
+    WHEN (NEW.watched AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION skiplock.task_watched();
