@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from tests.integration.test_api import TOKEN_CONFIG, TOKENS
+from tests.integration.test_api import CONSOLE_SESSION_KEY, TOKEN_CONFIG, TOKENS
 from tests.support.harness import free_port, wait_exit, wait_for
 
 ADMIN = {"Authorization": f"Bearer {TOKENS['admin']}"}
@@ -18,7 +18,8 @@ ADMIN = {"Authorization": f"Bearer {TOKENS['admin']}"}
 
 def start_api(processes, db_url, port, **env):
     return processes.spawn(db_url, "--bind", f"127.0.0.1:{port}", "--workers", "2", command="api",
-                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text", **env})
+                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text",
+                                "SKIPLOCK_CONSOLE_SESSION_KEY": CONSOLE_SESSION_KEY, **env})
 
 
 def wait_ready(proc, base: str) -> None:

@@ -197,3 +197,10 @@ class RouteNotFound(SkiplockError):
 class MethodNotAllowed(SkiplockError):
     code = "request.method_not_allowed"
     status = 405
+
+
+class ConsoleDisabled(SkiplockError):
+    """The web console has no session key (SKIPLOCK_CONSOLE_SESSION_KEY): it signs nobody in."""
+
+    code = "console.disabled"
+    status = 503

@@ -38,6 +38,8 @@ API_ROLES = ("reader", "submitter", "admin")
 API_WORKER_TIMEOUT_SECONDS = 60
 API_MAX_WAIT_CEILING = 50.0
 CLAIM_LANES_MAX = 1000
+# the console's session-signing key: a secret an attacker cannot guess (`openssl rand -base64 32`)
+CONSOLE_SESSION_KEY_MIN_CHARS = 32
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 # an EnvReader read given no default: the variable's declared one (VARIABLES, at the end)
 _DECLARED = object()
@@ -128,6 +130,8 @@ class Settings:
     api_large_bodies: int = 1
     api_max_wait_seconds: float = 20.0  # GET /v1/tasks/{id}?wait= waits at most this long (api/tasks.py)
     api_max_waits: int = 2  # such waits one gunicorn worker holds at once
+    # signs the console's cookies (api/console/session.py); None: the console is disabled
+    console_session_key: str | None = dataclasses.field(default=None, repr=False)
     log_format: str = "json"
     log_level: str = "INFO"
     pod_deletion_cost: bool = False
@@ -230,6 +234,9 @@ class Settings:
                                 ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0: no limit)")
+        if self.console_session_key is not None and len(self.console_session_key) < CONSOLE_SESSION_KEY_MIN_CHARS:
+            raise ConfigError(f"SKIPLOCK_CONSOLE_SESSION_KEY: {len(self.console_session_key)} characters; use at "
+                              f"least {CONSOLE_SESSION_KEY_MIN_CHARS} random ones (e.g. `openssl rand -base64 32`)")
         check_pooler(self.database_pooler)
         if self.api_auth not in ("enabled", "disabled"):
             raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
@@ -325,6 +332,7 @@ class Settings:
             api_large_bodies=env.integer("API_LARGE_BODIES"),
             api_max_wait_seconds=env.number("API_MAX_WAIT_SECONDS"),
             api_max_waits=env.integer("API_MAX_WAITS"),
+            console_session_key=env.text("CONSOLE_SESSION_KEY"),
             log_format=env.text("LOG_FORMAT").lower(),
             log_level=env.text("LOG_LEVEL").upper(),
             pod_deletion_cost=env.boolean("POD_DELETION_COST"),
@@ -587,6 +595,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
              "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
              "`0`: no long-poll", _API, contract=True),
+    Variable("CONSOLE_SESSION_KEY", None, "the secret that signs the web console's session cookies: at least "
+             f"{CONSOLE_SESSION_KEY_MIN_CHARS} random characters, `_FILE` for a secret; changing it ends every "
+             "session. Unset: the console is disabled (its pages answer 503 `console.disabled`), the API serves",
+             _API, shown="— (console disabled)", more="every API process must have the same one; `skiplock dev` "
+             "makes one of its own", contract=True),
     Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
              "a warning)", _API),
     Variable("DEV_API_PORT", 8080, "`skiplock dev` only: port of the HTTP API it serves on 127.0.0.1 without auth "

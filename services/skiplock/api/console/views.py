@@ -24,7 +24,7 @@ from flask import (Blueprint, Flask, Response, current_app, g, redirect, render_
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
-from ...engine.errors import Forbidden, SkiplockError, Unauthorized
+from ...engine.errors import ConsoleDisabled, Forbidden, SkiplockError, Unauthorized
 from ...engine.model import STATES, uuid7
 from .. import refusals
 from ..audit import record_refusal
@@ -32,7 +32,7 @@ from ..auth import ANONYMOUS, rank
 from ..app_state import api
 from ..deliveries import DELIVERY_STATES
 from ..schema import parse_query
-from .session import Sessions, cookie_options
+from .session import DISABLED, Sessions, cookie_options
 
 log = logging.getLogger("skiplock.api.console")
 
@@ -86,6 +86,10 @@ def _open() -> Response | None:
     g.started = time.perf_counter()
     g.request_id = uuid7().hex
     g.operation = None
+    if _sessions().key_missing:
+        if request.endpoint == "static":
+            return None  # the error page's stylesheet
+        raise ConsoleDisabled(DISABLED)
     session = _sessions().read(request)
     if session is None:
         session = g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
