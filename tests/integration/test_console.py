@@ -366,3 +366,21 @@ def test_ticked_tasks_are_retried_or_cancelled_and_the_others_left_alone(make_ap
     page = reader.get("/ui/tasks?queue=sel").text
     assert 'name="ids"' not in page and "Retry selected" not in page
     assert reader.post("/ui/tasks:retry", data={"csrf": csrf_of(page), "ids": [failed[2]]}).status_code == 403
+
+
+def test_the_largest_real_form_fits_the_body_limit_and_one_byte_more_is_refused(make_app, db_url, db):
+    ids = [str(uuid.uuid4()) for _ in range(500)]  # a full page of ticked tasks (GET /v1/tasks' most)
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    csrf = csrf_of(client.get("/ui/").text)
+    r = client.post("/ui/tasks:cancel", data={"csrf": csrf, "ids": ids})
+    assert (r.status_code, "changed=0" in r.headers["Location"]) == (303, True)
+    filler = "x" * (64 * 1024 - len(f"csrf={csrf}&queue=q&reason="))
+    exact = f"csrf={csrf}&queue=q&reason={filler}"
+    assert len(exact) == 64 * 1024
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert client.post("/ui/queues/q/pause", data=exact, headers=headers).status_code == 303
+    assert client.post("/ui/queues/q/resume", data=exact + "x", headers=headers).status_code == 413
+    multipart = client.post("/ui/queues/q/resume", data={"csrf": csrf}, content_type="multipart/form-data")
+    assert multipart.status_code == 415
+    assert db.execute("SELECT scope, name FROM skiplock.pauses").fetchall() == [("queue", "q")]

@@ -33,6 +33,13 @@ class PayloadTooLarge(InvalidInput):
     status = 413
 
 
+class UnsupportedMediaType(InvalidInput):
+    """A request body of a type the route does not read (the console reads only its own forms)."""
+
+    code = "request.unsupported_media_type"
+    status = 415
+
+
 class TaskNotFound(SkiplockError):
     code = "task.not_found"
     status = 404
