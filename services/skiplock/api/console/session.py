@@ -10,8 +10,11 @@ The role is not stored: each request looks the session's token name up in the cu
 configuration, so a changed role applies at once, and a removed name or a rotated token (the
 cookie holds the start of the token's SHA-256) ends the session.
 
-The cookie is HttpOnly and SameSite=Strict, Secure when the request came over HTTPS (directly,
-or through a proxy that sends X-Forwarded-Proto: https). This module only reads and writes the
+The cookie is HttpOnly and SameSite=Lax, Secure when the request came over HTTPS (directly, or
+through a proxy that sends X-Forwarded-Proto: https). Lax, not Strict: a link to the console from
+another site (a chat, an alert) must open it signed in. Lax still keeps the cookie off every
+cross-site POST, fetch, image and frame, and every state change is a POST that must also carry
+the session's CSRF token; no GET changes anything. This module only reads and writes the
 cookie; which page needs which role is the views' business.
 """
 
@@ -35,11 +38,12 @@ DISABLED = ("the console is disabled: set SKIPLOCK_CONSOLE_SESSION_KEY (or _FILE
             f"of at least {CONSOLE_SESSION_KEY_MIN_CHARS} characters, the same in every API process")
 
 
-def cookie_options(request: Request) -> dict:
+def cookie_options(request: Request, samesite: str = "Strict") -> dict:
     """How the console's cookies are set: for the console's paths only, out of scripts' reach,
-    never sent by another site, over HTTPS only when the request came that way."""
+    sent by another site at most on a top-level navigation (Lax), over HTTPS only when the request
+    came that way."""
     secure = request.is_secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-    return dict(path=request.script_root + "/", httponly=True, samesite="Strict", secure=secure)
+    return dict(path=request.script_root + "/", httponly=True, samesite=samesite, secure=secure)
 
 
 class Session(NamedTuple):
@@ -85,7 +89,8 @@ class Sessions:
         if session.principal is not None and self.auth_enabled:
             data["n"] = session.principal.name
             data["t"] = _fingerprint(self._tokens[session.principal.name])
-        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS, **cookie_options(request))
+        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS,
+                            **cookie_options(request, samesite="Lax"))
 
     @staticmethod
     def csrf_ok(session: Session | None, supplied: str | None) -> bool:

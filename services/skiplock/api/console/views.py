@@ -106,7 +106,11 @@ def _open() -> Response | None:
         raise ConsoleDisabled(DISABLED)
     session = _sessions().read(request)
     if session is None:
-        session = g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+        session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+        # only a page sets a new cookie: a POST without a session is refused below, and its answer
+        # must not replace a session the browser holds (another site's form arrives without it)
+        if request.method == "GET":
+            g.new_session = session
     g.session = session
     g.principal = session.principal
     written = request.cookies.get(WRITTEN_COOKIE, "")
