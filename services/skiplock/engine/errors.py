@@ -211,3 +211,10 @@ class ConsoleDisabled(SkiplockError):
 
     code = "console.disabled"
     status = 503
+
+
+class NameLimitReached(SkiplockError):
+    """A submission names a new queue or kind past SKIPLOCK_API_MAX_QUEUES / _KINDS."""
+
+    code = "task.name_limit"
+    status = 409

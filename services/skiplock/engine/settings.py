@@ -127,6 +127,9 @@ class Settings:
     api_submit_burst: int = 10
     api_submit_concurrency: int = 0
     api_large_body_bytes: int = 1024 * 1024
+    # queues and kinds that non-admin submissions may bring into existence (api/names.py); 0: no limit
+    api_max_queues: int = 1000
+    api_max_kinds: int = 1000
     api_large_bodies: int = 1
     api_max_wait_seconds: float = 20.0  # GET /v1/tasks/{id}?wait= waits at most this long (api/tasks.py)
     api_max_waits: int = 2  # such waits one gunicorn worker holds at once
@@ -231,7 +234,8 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_API_MAX_WAITS={self.api_max_waits}: must be >= 0 (0: no long-poll)")
         for variable, value in (("API_SUBMIT_RATE", self.api_submit_rate),
                                 ("API_SUBMIT_CONCURRENCY", self.api_submit_concurrency),
-                                ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
+                                ("API_LARGE_BODY_BYTES", self.api_large_body_bytes),
+                                ("API_MAX_QUEUES", self.api_max_queues), ("API_MAX_KINDS", self.api_max_kinds)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0: no limit)")
         if self.console_session_key is not None and len(self.console_session_key) < CONSOLE_SESSION_KEY_MIN_CHARS:
@@ -329,6 +333,8 @@ class Settings:
             api_submit_burst=env.integer("API_SUBMIT_BURST"),
             api_submit_concurrency=env.integer("API_SUBMIT_CONCURRENCY"),
             api_large_body_bytes=env.integer("API_LARGE_BODY_BYTES"),
+            api_max_queues=env.integer("API_MAX_QUEUES"),
+            api_max_kinds=env.integer("API_MAX_KINDS"),
             api_large_bodies=env.integer("API_LARGE_BODIES"),
             api_max_wait_seconds=env.number("API_MAX_WAIT_SECONDS"),
             api_max_waits=env.integer("API_MAX_WAITS"),
@@ -587,6 +593,10 @@ VARIABLES: tuple[Variable, ...] = (
              "429 with `Retry-After`; `0`: no limit", _API, contract=True),
     Variable("API_LARGE_BODY_BYTES", 1024 * 1024, "a request body above this size (or without a length, on a route "
              "that allows more) is large", _API, contract=True),
+    Variable("API_MAX_QUEUES", 1000, "queues that exist (ever had a task) past which a non-admin `POST /v1/tasks` or "
+             "`:batch` naming a new queue answers 409 `task.name_limit`; names that exist, admins and the library are "
+             "not refused; `0`: no limit", _API, contract=True),
+    Variable("API_MAX_KINDS", 1000, "the same bound for kinds", _API, contract=True),
     Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
              "429 with `Retry-After` (this bounds the API's memory)", _API, contract=True),
     Variable("API_MAX_WAIT_SECONDS", 20.0, "the longest `GET /v1/tasks/{id}?wait=` holds a request for a task to "
