@@ -608,8 +608,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CONSOLE_SESSION_KEY", None, "the secret that signs the web console's session cookies: at least "
              f"{CONSOLE_SESSION_KEY_MIN_CHARS} random characters, `_FILE` for a secret; changing it ends every "
              "session. Unset: the console is disabled (its pages answer 503 `console.disabled`), the API serves",
-             _API, shown="— (console disabled)", more="every API process must have the same one; `skiplock dev` "
-             "makes one of its own", contract=True),
+             _API, shown="— (console disabled)", more="every API process must have the same one; with "
+             "`SKIPLOCK_API_AUTH=disabled` (and in `skiplock dev`) a run makes one of its own", contract=True),
     Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
              "a warning)", _API),
     Variable("DEV_API_PORT", 8080, "`skiplock dev` only: port of the HTTP API it serves on 127.0.0.1 without auth "

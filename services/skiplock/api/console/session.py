@@ -6,6 +6,8 @@ list is configuration anyone with read access to a ConfigMap or the chart's valu
 nothing derived from it may sign a session. Changing the key ends every session. Without a key
 the console is disabled (`Sessions.key_missing`; views.py answers every page 503): there is no
 fallback key, because any fallback would be a default secret or one derived from something public.
+With authentication disabled there is no one to sign in as, and `with_run_key` makes a key of
+the run's own (`skiplock api`, `skiplock dev`).
 The role is not stored: each request looks the session's token name up in the current
 configuration, so a changed role applies at once, and a removed name or a rotated token (the
 cookie holds the start of the token's SHA-256) ends the session.
@@ -95,6 +97,17 @@ class Sessions:
     @staticmethod
     def csrf_ok(session: Session | None, supplied: str | None) -> bool:
         return session is not None and bool(supplied) and hmac.compare_digest(session.csrf, supplied)
+
+
+def with_run_key(settings: Settings) -> Settings:
+    """`settings`, with a random key for this run when authentication is disabled and no key is
+    set: such a session names nobody (everyone is admin) and carries only its CSRF token, so a
+    key that ends with the run costs an open page one reload, never a sign-in, and none has to be
+    configured. Call it once, before any worker forks, so that all of the run's processes share
+    it; API processes apart from one another (pods) still need SKIPLOCK_CONSOLE_SESSION_KEY."""
+    if settings.console_session_key is None and settings.api_auth == "disabled":
+        return settings.replace(console_session_key=secrets.token_urlsafe(32))
+    return settings
 
 
 def _fingerprint(token: ApiToken) -> str:
