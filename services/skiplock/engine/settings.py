@@ -38,6 +38,8 @@ API_ROLES = ("reader", "submitter", "admin")
 API_WORKER_TIMEOUT_SECONDS = 60
 API_MAX_WAIT_CEILING = 50.0
 CLAIM_LANES_MAX = 1000
+# the console's session-signing key: a secret an attacker cannot guess (`openssl rand -base64 32`)
+CONSOLE_SESSION_KEY_MIN_CHARS = 32
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 # an EnvReader read given no default: the variable's declared one (VARIABLES, at the end)
 _DECLARED = object()
@@ -126,9 +128,14 @@ class Settings:
     api_submit_burst: int = 10
     api_submit_concurrency: int = 0
     api_large_body_bytes: int = 1024 * 1024
+    # queues and kinds that non-admin submissions may bring into existence (api/names.py); 0: no limit
+    api_max_queues: int = 1000
+    api_max_kinds: int = 1000
     api_large_bodies: int = 1
     api_max_wait_seconds: float = 20.0  # GET /v1/tasks/{id}?wait= waits at most this long (api/tasks.py)
     api_max_waits: int = 2  # such waits one gunicorn worker holds at once
+    # signs the console's cookies (api/console/session.py); None: the console is disabled
+    console_session_key: str | None = dataclasses.field(default=None, repr=False)
     log_format: str = "json"
     log_level: str = "INFO"
     pod_deletion_cost: bool = False
@@ -236,9 +243,13 @@ class Settings:
             raise ConfigError(f"SKIPLOCK_API_MAX_WAITS={self.api_max_waits}: must be >= 0 (0: no long-poll)")
         for variable, value in (("API_SUBMIT_RATE", self.api_submit_rate),
                                 ("API_SUBMIT_CONCURRENCY", self.api_submit_concurrency),
-                                ("API_LARGE_BODY_BYTES", self.api_large_body_bytes)):
+                                ("API_LARGE_BODY_BYTES", self.api_large_body_bytes),
+                                ("API_MAX_QUEUES", self.api_max_queues), ("API_MAX_KINDS", self.api_max_kinds)):
             if value < 0:
                 raise ConfigError(f"SKIPLOCK_{variable}={value:g}: must be >= 0 (0: no limit)")
+        if self.console_session_key is not None and len(self.console_session_key) < CONSOLE_SESSION_KEY_MIN_CHARS:
+            raise ConfigError(f"SKIPLOCK_CONSOLE_SESSION_KEY: {len(self.console_session_key)} characters; use at "
+                              f"least {CONSOLE_SESSION_KEY_MIN_CHARS} random ones (e.g. `openssl rand -base64 32`)")
         check_pooler(self.database_pooler)
         if self.api_auth not in ("enabled", "disabled"):
             raise ConfigError(f"SKIPLOCK_API_AUTH={self.api_auth!r}: must be enabled or disabled")
@@ -332,9 +343,12 @@ class Settings:
             api_submit_burst=env.integer("API_SUBMIT_BURST"),
             api_submit_concurrency=env.integer("API_SUBMIT_CONCURRENCY"),
             api_large_body_bytes=env.integer("API_LARGE_BODY_BYTES"),
+            api_max_queues=env.integer("API_MAX_QUEUES"),
+            api_max_kinds=env.integer("API_MAX_KINDS"),
             api_large_bodies=env.integer("API_LARGE_BODIES"),
             api_max_wait_seconds=env.number("API_MAX_WAIT_SECONDS"),
             api_max_waits=env.integer("API_MAX_WAITS"),
+            console_session_key=env.text("CONSOLE_SESSION_KEY"),
             log_format=env.text("LOG_FORMAT").lower(),
             log_level=env.text("LOG_LEVEL").upper(),
             pod_deletion_cost=env.boolean("POD_DELETION_COST"),
@@ -593,6 +607,10 @@ VARIABLES: tuple[Variable, ...] = (
              "429 with `Retry-After`; `0`: no limit", _API, contract=True),
     Variable("API_LARGE_BODY_BYTES", 1024 * 1024, "a request body above this size (or without a length, on a route "
              "that allows more) is large", _API, contract=True),
+    Variable("API_MAX_QUEUES", 1000, "queues that exist (ever had a task) past which a non-admin `POST /v1/tasks` or "
+             "`:batch` naming a new queue answers 409 `task.name_limit`; names that exist, admins and the library are "
+             "not refused; `0`: no limit", _API, contract=True),
+    Variable("API_MAX_KINDS", 1000, "the same bound for kinds", _API, contract=True),
     Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
              "429 with `Retry-After` (this bounds the API's memory)", _API, contract=True),
     Variable("API_MAX_WAIT_SECONDS", 20.0, "the longest `GET /v1/tasks/{id}?wait=` holds a request for a task to "
@@ -601,6 +619,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
              "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
              "`0`: no long-poll", _API, contract=True),
+    Variable("CONSOLE_SESSION_KEY", None, "the secret that signs the web console's session cookies: at least "
+             f"{CONSOLE_SESSION_KEY_MIN_CHARS} random characters, `_FILE` for a secret; changing it ends every "
+             "session. Unset: the console is disabled (its pages answer 503 `console.disabled`), the API serves",
+             _API, shown="— (console disabled)", more="every API process must have the same one; with "
+             "`SKIPLOCK_API_AUTH=disabled` (and in `skiplock dev`) a run makes one of its own", contract=True),
     Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
              "a warning)", _API),
     Variable("DEV_API_PORT", 8080, "`skiplock dev` only: port of the HTTP API it serves on 127.0.0.1 without auth "
