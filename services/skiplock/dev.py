@@ -69,6 +69,7 @@ class ApiThread:
         from werkzeug.serving import make_server
 
         from .api import create_app
+        from .api.console.session import with_run_key
         from .engine.metrics import listen_failure
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log line per request
@@ -82,7 +83,7 @@ class ApiThread:
             except OSError as exc:
                 raise ConfigError(f"SKIPLOCK_DEV_API_PORT={port}: {listen_failure('127.0.0.1', port, exc)}; "
                                   "pick another port (0: any free one)") from None
-            self.app = create_app(settings.replace(api_auth="disabled"), pool_size=4)
+            self.app = create_app(with_run_key(settings.replace(api_auth="disabled")), pool_size=4)
             self._server = make_server("127.0.0.1", port, self.app, threaded=True, fd=listener.fileno())
         self.port = self._server.port
         self._thread = threading.Thread(target=self._server.serve_forever, name="api-http", daemon=True)

@@ -10,7 +10,10 @@ import threading
 import httpx
 import pytest
 
-from tests.integration.test_api import TOKEN_CONFIG, TOKENS
+import skiplock
+
+from tests.integration.test_api import CONSOLE_SESSION_KEY, TOKEN_CONFIG, TOKENS
+from tests.integration.test_console import csrf_of
 from tests.support.harness import free_port, wait_exit, wait_for
 
 ADMIN = {"Authorization": f"Bearer {TOKENS['admin']}"}
@@ -18,7 +21,8 @@ ADMIN = {"Authorization": f"Bearer {TOKENS['admin']}"}
 
 def start_api(processes, db_url, port, **env):
     return processes.spawn(db_url, "--bind", f"127.0.0.1:{port}", "--workers", "2", command="api",
-                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text", **env})
+                           env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text",
+                                "SKIPLOCK_CONSOLE_SESSION_KEY": CONSOLE_SESSION_KEY, **env})
 
 
 def wait_ready(proc, base: str) -> None:
@@ -86,3 +90,23 @@ def test_api_refuses_to_start_without_valid_tokens(processes, db_url, env, fragm
     code, _ = wait_exit(proc, 30)
     lines = proc.log().strip().splitlines()
     assert code == 1 and len(lines) == 1 and lines[0].startswith(f"skiplock api: {fragment}"), lines
+
+
+def test_without_auth_the_console_needs_no_key(processes, db_url, db):
+    """SKIPLOCK_API_AUTH=disabled and no SKIPLOCK_CONSOLE_SESSION_KEY: the run makes a key of its
+    own before the workers fork, so every worker honours the forms' CSRF token (a session there
+    names nobody: everyone is admin)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_api(processes, db_url, port, SKIPLOCK_API_AUTH="disabled", SKIPLOCK_API_TOKENS="",
+                     SKIPLOCK_CONSOLE_SESSION_KEY="")
+    wait_ready(proc, base)
+    skiplock.enqueue(db_url, "k", {}, queue="mail")  # a queue, so the overview has its Pause form
+    page = httpx.get(f"{base}/ui/", timeout=10)
+    assert page.status_code == 200 and "No authentication" in page.text
+    csrf = csrf_of(page.text)
+    # a connection each, so that both workers get some; each must accept the cookie the first made
+    answers = [httpx.post(f"{base}/ui/queues/q{i}/pause", data={"csrf": csrf}, cookies=page.cookies,
+                          timeout=10).status_code for i in range(12)]
+    assert answers == [303] * 12
+    assert db.execute("SELECT count(*) FROM skiplock.pauses WHERE scope = 'queue'").fetchone()[0] == 12

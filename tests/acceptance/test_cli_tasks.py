@@ -122,3 +122,23 @@ def test_bad_input_is_one_line(db, db_url, args, words):
 def test_a_bad_command_line_exits_2(db_url):
     done = skiplock("tasks", "list", "-o", "yaml", url=db_url)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+# what a submitter's handler can put in last_error, or a refused request in an audit row's target:
+# a window-title OSC, a screen clear and a right-to-left override
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202eboom"
+SHOWN = "\\x1b]0;pwned\\x07\\x1b[2J\\u202eboom"
+
+
+def test_control_characters_in_task_data_print_escaped(db, db_url):
+    (task_id,) = seed(db, "failed", 1)
+    db.execute("UPDATE skiplock.tasks SET last_error = %s", (HOSTILE,))
+    db.execute("INSERT INTO skiplock.audit_log (actor, action, target, outcome) VALUES ('bot', 'queue.pause', %s, "
+               "'request.invalid_input')", (HOSTILE,))
+    outputs = {args: ok(*args, url=db_url) for args in (("tasks", "list"), ("tasks", "show", str(task_id)),
+                                                        ("audit", "list"))}
+    for args, out in outputs.items():
+        assert sum(out.count(c) for c in "\x1b\x07\u202e") == 0, args
+        assert out.count(SHOWN) == 1, (args, out)
+    # JSON was escaped before, and still gives the text back as it was
+    assert json.loads(ok("tasks", "show", str(task_id), "-o", "json", url=db_url))["last_error"] == HOSTILE

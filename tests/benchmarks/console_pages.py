@@ -23,6 +23,7 @@ import hashlib
 import http.cookiejar
 import logging
 import re
+import secrets
 import statistics
 import threading
 import time
@@ -246,7 +247,8 @@ def main() -> None:
             explain(url, table)
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         token = hashlib.sha256(TOKEN.encode()).hexdigest()
-        settings = Settings(database_url=url, api_tokens=parse_api_tokens(f"bench:admin:{token}"))
+        settings = Settings(database_url=url, api_tokens=parse_api_tokens(f"bench:admin:{token}"),
+                            console_session_key=secrets.token_urlsafe(32))
         server_ = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
         threading.Thread(target=server_.serve_forever, daemon=True).start()
         base = f"http://127.0.0.1:{server_.server_port}"

@@ -16,7 +16,7 @@ from tests.chart import rendering as r
 pytestmark = pytest.mark.timeout(120)
 
 GOOD = {"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
-        "api": {"auth": {"existingSecret": "tokens"}}}
+        "api": {"auth": {"existingSecret": "tokens"}, "console": {"existingSecret": "console"}}}
 
 LIMITS = [
     {"kind": "email.send", "concurrency": 5, "rate": "100/s"},

@@ -506,6 +506,50 @@ def test_each_offline_render_generates_a_new_token_and_password():
     assert len(api["spec"]["template"]["metadata"]["annotations"]["checksum/api-tokens"]) == 64
 
 
+def test_the_console_session_key_is_a_generated_secret_of_its_own():
+    """Not derived from the tokens (anyone who reads the list could sign sessions): random, its own
+    Secret, mounted as SKIPLOCK_CONSOLE_SESSION_KEY_FILE, and the pods roll when it changes."""
+    from skiplock.engine.settings import Settings
+
+    first, second = (r.objects(r.render({})) for _ in range(2))
+    keys = [_secret_data(objs, "skiplock-console-session") for objs in (first, second)]
+    assert [sorted(k) for k in keys] == [["session-key"], ["session-key"]]
+    key = keys[0]["session-key"]
+    assert len(key) == 43 and key.isalnum() and keys[1]["session-key"] != key  # offline: new each render
+    assert key not in _secret_data(first, "skiplock-api-tokens").values()
+    api = r.by_name(first, "Deployment", "skiplock-api")
+    (container,) = r.pod_spec(api)["containers"]
+    path = r.env_of(container)["SKIPLOCK_CONSOLE_SESSION_KEY_FILE"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "console-session")
+    volume = next(v for v in r.pod_spec(api)["volumes"] if v["name"] == "console-session")
+    assert volume["secret"] == {"secretName": "skiplock-console-session",
+                                "items": [{"key": "session-key", "path": "session-key"}]}
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/skiplock/console", True)
+    assert path == "/etc/skiplock/console/session-key"
+    assert len(api["spec"]["template"]["metadata"]["annotations"]["checksum/console-session"]) == 64
+    # the value the API parses from that file is accepted as a key
+    assert Settings(console_session_key=key).console_session_key == key
+
+
+@pytest.mark.parametrize("values", [{"api": {"auth": {"enabled": False}}},
+                                    {"api": {"auth": {"existingSecret": "mine"}}}])
+def test_the_console_key_is_generated_whatever_the_tokens(values):
+    objs = r.objects(r.render(values))
+    assert len(_secret_data(objs, "skiplock-console-session")["session-key"]) == 43
+
+
+def test_an_existing_console_secret_is_mounted_and_nothing_generated():
+    objs = r.objects(r.render({"api": {"console": {"existingSecret": "ops-console", "existingSecretKey": "k"}}}))
+    assert [s for s in r.kind(objs, "Secret") if "console" in s["metadata"]["name"]] == []
+    api = r.by_name(objs, "Deployment", "skiplock-api")
+    volume = next(v for v in r.pod_spec(api)["volumes"] if v["name"] == "console-session")
+    assert volume["secret"] == {"secretName": "ops-console", "items": [{"key": "k", "path": "session-key"}]}
+    with pytest.raises(Exception, match="existingSecretKey"):
+        r.render({"api": {"console": {"existingSecretKey": ""}}})
+    with pytest.raises(Exception, match="sessionKey"):
+        r.render({"api": {"console": {"sessionKey": "typed-in-the-values"}}})
+
+
 @pytest.mark.parametrize("auth, secrets, env", [
     ({"tokens": ["ops:admin:" + "a" * 64, "ci:submitter:" + "b" * 64]}, {"tokens"}, "SKIPLOCK_API_TOKENS_FILE"),
     ({"existingSecret": "mine"}, None, "SKIPLOCK_API_TOKENS_FILE"),

@@ -137,6 +137,9 @@ def test_rendered_workloads_run_become_ready_and_stop_on_sigterm(scenario, db_ur
         with pytest.raises(urllib.error.HTTPError) as denied:
             _get(api.ports["http"], "/v1/queues")
         assert denied.value.code == 401
+        # the console signs sessions with the key the chart mounted (without one its pages answer 503)
+        status, body = _get(api.ports["http"], "/ui/login")
+        assert status == 200 and b'name="token"' in body
 
         # the worker runs a task of the module the values name
         from skiplock.enqueueing import enqueue

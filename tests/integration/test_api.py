@@ -22,9 +22,14 @@ TOKENS = {"admin": "admin-token", "submitter": "submitter-token", "reader": "rea
 TOKEN_CONFIG = ",".join(f"{role}-bot:{role}:{hashlib.sha256(token.encode()).hexdigest()}"
                         for role, token in TOKENS.items())
 
+# the console's session key of every test API (a secret there; here only long enough)
+CONSOLE_SESSION_KEY = "test-console-session-key-0123456789abcdef"
+
 
 def api_settings(db_url: str, **overrides) -> Settings:
-    return Settings(database_url=db_url, api_tokens=parse_api_tokens(TOKEN_CONFIG), **overrides)
+    overrides.setdefault("api_tokens", parse_api_tokens(TOKEN_CONFIG))
+    overrides.setdefault("console_session_key", CONSOLE_SESSION_KEY)
+    return Settings(database_url=db_url, **overrides)
 
 
 class Api:

@@ -12,7 +12,6 @@ import pytest
 
 from skiplock.api.app import close_app, create_app
 import skiplock
-from skiplock.engine.settings import Settings
 from tests.integration.test_api import TOKEN_CONFIG, TOKENS, api_settings
 
 
@@ -41,7 +40,7 @@ def sign_in(client, role: str):
     return r
 
 
-def test_sign_in_sets_a_strict_httponly_expiring_cookie(make_app):
+def test_sign_in_sets_a_lax_httponly_expiring_cookie(make_app):
     client = make_app().test_client()
     assert client.get("/").headers["Location"] == "/ui/"
     assert client.get("/v1/").status_code == 200
@@ -51,7 +50,8 @@ def test_sign_in_sets_a_strict_httponly_expiring_cookie(make_app):
     assert '<input id="token" name="token"' in login.text
     r = sign_in(client, "reader")
     cookie = r.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=28800" in cookie
+    # Lax: a link from another site opens the console signed in (its POSTs never carry the cookie)
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Max-Age=28800" in cookie
     assert "Secure" not in cookie and "Path=/ui/" in cookie
     assert client.get("/ui/").status_code == 200
     # behind a TLS-terminating proxy that says so, the cookie is Secure
@@ -164,7 +164,7 @@ def test_security_headers_and_packaged_assets(make_app):
 
 def test_without_authentication_every_page_says_so(make_app, db_url):
     skiplock.enqueue(db_url, "k", {}, queue="q")
-    client = make_app(Settings(database_url=db_url, api_auth="disabled")).test_client()
+    client = make_app(api_auth="disabled", api_tokens=()).test_client()
     page = client.get("/ui/")
     assert page.status_code == 200 and "No authentication" in page.text
     assert "No authentication" in client.get("/ui/tasks").text
@@ -255,19 +255,80 @@ def test_bulk_actions_act_on_the_filter_shown(make_app, db_url, db):
     assert db.execute("SELECT state FROM skiplock.tasks").fetchall() == [("queued",)]
 
 
-def test_changing_the_tokens_ends_every_session(make_app, db_url, db):
+def test_a_cookie_signed_from_the_token_list_is_refused(make_app, db):
+    """What an attacker who reads SKIPLOCK_API_TOKENS (a ConfigMap, the chart's values) could
+    sign: the key older releases derived from the list, over an admin session with a CSRF token
+    of the attacker's choosing (and the token's fingerprint, public too). It opens nothing."""
+    import hashlib
+    import hmac
+
+    from itsdangerous import URLSafeTimedSerializer
+
+    from skiplock.engine.settings import parse_api_tokens
+
+    tokens = parse_api_tokens(TOKEN_CONFIG)
+    material = "\n".join(f"{t.name}:{t.role}:{t.sha256}" for t in sorted(tokens))
+    derived = hmac.new(b"skiplock console session v1", material.encode(), hashlib.sha256).digest()
+    admin = next(t for t in tokens if t.role == "admin")
+    forged = URLSafeTimedSerializer(derived, salt="skiplock.console").dumps(
+        {"c": "attacker-csrf", "n": admin.name, "t": admin.sha256[:16]})
+    client = make_app().test_client()
+    client.set_cookie("skiplock_console", forged, path="/ui/")
+    assert client.get("/ui/").headers.get("Location") == "/ui/login"
+    assert client.post("/ui/queues/mail/pause", data={"csrf": "attacker-csrf"}).status_code == 403
+    assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 0
+
+
+def test_rotating_the_session_key_ends_every_session(make_app, db_url, db):
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    cookie = client.get_cookie("skiplock_console", path="/ui/").value
+    assert client.get("/ui/").status_code == 200
+    # the same tokens, the same cookie, another key: signed in no more, and its CSRF token is dead
+    rotated = make_app(console_session_key="another-console-session-key-0123456789").test_client()
+    rotated.set_cookie("skiplock_console", cookie, path="/ui/")
+    assert rotated.get("/ui/").headers["Location"] == "/ui/login"
+    csrf = csrf_of(client.get("/ui/").text)
+    assert rotated.post("/ui/queues/mail/pause", data={"csrf": csrf}).status_code == 403
+    # the key alone decides: one more token in the list keeps the session
+    from skiplock.engine.settings import parse_api_tokens
+
+    more = parse_api_tokens(TOKEN_CONFIG + ",new-bot:reader:" + "0" * 64)
+    kept = make_app(api_tokens=more).test_client()
+    kept.set_cookie("skiplock_console", cookie, path="/ui/")
+    assert kept.get("/ui/").status_code == 200
+    assert db.execute("SELECT count(*) FROM skiplock.pauses").fetchone()[0] == 0
+
+
+def test_a_revoked_or_rotated_token_ends_its_sessions(make_app):
     from skiplock.engine.settings import parse_api_tokens
 
     client = make_app().test_client()
     sign_in(client, "admin")
     cookie = client.get_cookie("skiplock_console", path="/ui/").value
-    assert client.get("/ui/").status_code == 200
-    # the same cookie on a server whose SKIPLOCK_API_TOKENS changed (one more token): signed in no more
-    tokens = parse_api_tokens(TOKEN_CONFIG + ",new-bot:reader:" + "0" * 64)
-    rotated = make_app(Settings(database_url=db_url, api_tokens=tokens)).test_client()
-    rotated.set_cookie("skiplock_console", cookie, path="/ui/")
-    assert rotated.get("/ui/").headers["Location"] == "/ui/login"
-    # and a refused action is audited as the API audits it (here: a path value that is no task id)
+    others = [e for e in TOKEN_CONFIG.split(",") if not e.startswith("admin-bot:")]
+    for entries in (others, others + ["admin-bot:admin:" + "1" * 64]):  # removed; a new token, same name
+        changed = make_app(api_tokens=parse_api_tokens(",".join(entries))).test_client()
+        changed.set_cookie("skiplock_console", cookie, path="/ui/")
+        assert changed.get("/ui/").headers["Location"] == "/ui/login", entries
+
+
+def test_without_a_session_key_the_console_is_disabled_and_the_api_serves(make_app, caplog):
+    client = make_app(console_session_key=None).test_client()
+    for method, path in (("GET", "/ui/"), ("GET", "/ui/login"), ("POST", "/ui/login")):
+        r = client.open(path, method=method, data={"token": TOKENS["admin"]})
+        assert r.status_code == 503, (method, path)
+        assert "console.disabled" in r.text and "set SKIPLOCK_CONSOLE_SESSION_KEY" in r.text
+        assert "Set-Cookie" not in r.headers
+    assert client.get("/ui/static/console.css").status_code == 200
+    assert client.get("/v1/queues", headers={"Authorization": f"Bearer {TOKENS['reader']}"}).status_code == 200
+    assert [m for m in caplog.messages if "console is disabled" in m] != []
+
+
+def test_a_refused_action_is_audited_as_the_api_audits_it(make_app, db):
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    # here: a path value that is no task id
     page = client.get("/ui/").text
     assert client.post("/ui/tasks/not-a-task/cancel", data={"csrf": csrf_of(page)}).status_code == 400
     assert db.execute("SELECT actor, action, target, outcome FROM skiplock.audit_log").fetchall() == [
@@ -306,3 +367,21 @@ def test_ticked_tasks_are_retried_or_cancelled_and_the_others_left_alone(make_ap
     page = reader.get("/ui/tasks?queue=sel").text
     assert 'name="ids"' not in page and "Retry selected" not in page
     assert reader.post("/ui/tasks:retry", data={"csrf": csrf_of(page), "ids": [failed[2]]}).status_code == 403
+
+
+def test_the_largest_real_form_fits_the_body_limit_and_one_byte_more_is_refused(make_app, db_url, db):
+    ids = [str(uuid.uuid4()) for _ in range(500)]  # a full page of ticked tasks (GET /v1/tasks' most)
+    client = make_app().test_client()
+    sign_in(client, "admin")
+    csrf = csrf_of(client.get("/ui/").text)
+    r = client.post("/ui/tasks:cancel", data={"csrf": csrf, "ids": ids})
+    assert (r.status_code, "changed=0" in r.headers["Location"]) == (303, True)
+    filler = "x" * (64 * 1024 - len(f"csrf={csrf}&queue=q&reason="))
+    exact = f"csrf={csrf}&queue=q&reason={filler}"
+    assert len(exact) == 64 * 1024
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert client.post("/ui/queues/q/pause", data=exact, headers=headers).status_code == 303
+    assert client.post("/ui/queues/q/resume", data=exact + "x", headers=headers).status_code == 413
+    multipart = client.post("/ui/queues/q/resume", data={"csrf": csrf}, content_type="multipart/form-data")
+    assert multipart.status_code == 415
+    assert db.execute("SELECT scope, name FROM skiplock.pauses").fetchall() == [("queue", "q")]

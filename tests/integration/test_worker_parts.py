@@ -190,3 +190,22 @@ def test_the_keeper_abandons_a_handler_past_its_timeout_and_the_completer_writes
     row = db.execute("SELECT state, last_error FROM skiplock.tasks WHERE id = %s", (task_id,)).fetchone()
     assert row[0] == "failed" and row[1].startswith("TimeoutError: timed out after 0.3s")
     assert worker.exit_code == 0
+
+
+def test_an_outcome_the_database_refuses_fails_its_task_and_the_rest_of_the_batch_is_written(worker, db_url, db):
+    """One write path: a batch holding an outcome Postgres cannot store (a NUL character in a
+    jsonb result) is written again one outcome at a time, the others stand, and the refused one
+    fails its task with the reason."""
+    ids = [skiplock.enqueue(db_url, "t.noop", {}) for _ in range(3)]
+    assert worker.claimer.run_once().claimed == 3
+    runs = sorted(worker.slots.held(), key=lambda run: ids.index(run.task.id))
+    for i, run in enumerate(runs):
+        result = {"text": "nul \x00 here"} if i == 1 else {"n": i}
+        worker.completer.accept(run, settlement(run, "completed", result=result))
+    assert worker.completer.run_once() == 3
+    rows = dict(db.execute("SELECT id, state FROM skiplock.tasks").fetchall())
+    assert [rows[i] for i in ids] == ["completed", "failed", "completed"]
+    error = db.execute("SELECT last_error FROM skiplock.tasks WHERE id = %s", (ids[1],)).fetchone()[0]
+    assert error.startswith("outcome not storable: "), error
+    assert worker.slots.in_flight() == 0 and worker.completer.pending() == 0
+    assert worker.slots.counts["settled"] == 3

@@ -28,7 +28,7 @@ import pytest
 import skiplock
 from skiplock.api.replica import DOWN_SECONDS
 from skiplock.engine import migrate
-from tests.integration.test_api import TOKEN_CONFIG, TOKENS
+from tests.integration.test_api import CONSOLE_SESSION_KEY, TOKEN_CONFIG, TOKENS
 from tests.integration.test_console import csrf_of
 from tests.pgcluster import ThrowawayCluster
 from tests.support.harness import free_port, http_status, metric, scalar, wait_for
@@ -83,6 +83,7 @@ def _api(processes, url: str, replica_url: str, max_lag: float):
     port = free_port()
     proc = processes.spawn(url, "--bind", f"127.0.0.1:{port}", "--workers", "1", command="api",
                            env={"SKIPLOCK_API_TOKENS": TOKEN_CONFIG, "SKIPLOCK_LOG_FORMAT": "text",
+                                "SKIPLOCK_CONSOLE_SESSION_KEY": CONSOLE_SESSION_KEY,
                                 "SKIPLOCK_READ_DATABASE_URL": replica_url, "SKIPLOCK_READ_MAX_LAG_SECONDS": max_lag})
     return proc, port
 

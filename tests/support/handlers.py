@@ -227,3 +227,16 @@ def spawn(ctx, payload):
     if first:
         time.sleep(float(payload.get("sleep", 0)))
     return {"pid": os.getpid()}
+
+
+@task("t.fan")
+def fan(ctx, payload):
+    """Enqueues payload['n'] t.noop children that depend on this task, one ctx.enqueue each (or in
+    one ctx.enqueue_many with payload['many']); they commit with this run's completion."""
+    n = int(payload["n"])
+    if payload.get("many"):
+        ctx.enqueue_many("t.noop", [{"child": i} for i in range(n)], depends_on=[ctx.task_id])
+    else:
+        for i in range(n):
+            ctx.enqueue("t.noop", {"child": i}, depends_on=[ctx.task_id])
+    return {"children": n}

@@ -28,6 +28,19 @@ def test_secret_from_file(tmp_path):
     assert s.database_url == "postgresql://u@h/db"
 
 
+def test_the_console_session_key_is_a_secret_of_its_own(tmp_path):
+    secret = tmp_path / "session-key"
+    secret.write_text("k" * 43 + "\n")
+    s = Settings.from_env({"SKIPLOCK_CONSOLE_SESSION_KEY_FILE": str(secret)})
+    assert s.console_session_key == "k" * 43
+    assert "k" * 43 not in repr(s)  # settings are logged and printed: the key never with them
+    assert Settings.from_env({}).console_session_key is None  # no default, nothing derived
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"SKIPLOCK_CONSOLE_SESSION_KEY": "short-key"})
+    assert str(refused.value) == ("SKIPLOCK_CONSOLE_SESSION_KEY: 9 characters; use at least 32 random ones "
+                                  "(e.g. `openssl rand -base64 32`)")
+
+
 @pytest.mark.parametrize(
     "env, fragment",
     [

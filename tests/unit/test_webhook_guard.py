@@ -62,7 +62,33 @@ def test_an_allowed_network_admits_the_ipv4_inside_an_ipv6_form():
     assert not guard.permitted(ipaddress.ip_address("::ffff:0:a00:1"))
 
 
+# newer than Python 3.11's is_global table, which counts them public
+NEWER_SPECIAL = ["5f00::1", "5f00:ffff:ffff::1",  # SRv6 SIDs, 5f00::/16 (RFC 9602)
+                 "3fff::1", "3fff:fff:ffff::1"]    # documentation, 3fff::/20 (RFC 9637)
+
+
+@pytest.mark.parametrize("address", NEWER_SPECIAL)
+def test_srv6_and_new_documentation_addresses_are_refused(address):
+    assert not AddressGuard().permitted(ipaddress.ip_address(address))
+    with pytest.raises(WebhookAddressRefused, match="not a public address"):
+        AddressGuard().resolve(f"http://[{address}]/")
+
+
+@pytest.mark.parametrize("address", ["5eff::1", "5f01::1", "3ffe:ffff::1", "3fff:1000::1"])
+def test_the_neighbours_of_the_new_ranges_stay_as_they_were(address):
+    # just outside 5f00::/16 and 3fff::/20: the refusal is those prefixes, not their whole /8
+    assert AddressGuard().permitted(ipaddress.ip_address(address)) == ipaddress.ip_address(address).is_global
+
+
 # ---- ports -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["http://93.184.216.34:0/hook", "https://93.184.216.34:0/", "http://[2606:4700::1]:0/"])
+def test_port_zero_is_refused_not_read_as_the_default(url):
+    with pytest.raises(InvalidInput, match="port 0 is not a port"):
+        AddressGuard.parse(url)
+    with pytest.raises(InvalidInput, match=r":0/.*port 0"):  # the message shows the port given
+        AddressGuard(allowed_ports=range(0, 65536)).resolve(url)
+
 
 @pytest.mark.parametrize("port", sorted(DENIED_PORTS) + [22, 25, 1023])
 def test_default_ports_refuse_service_ports(port):

@@ -125,6 +125,28 @@ have no cluster to look in and make a new one each time. */}}
 {{- $auth.generatedToken }}
 {{- end }}
 
+{{/* ---- the console's session key ------------------------------------------------------------- */}}
+
+{{/* The Secret holding SKIPLOCK_CONSOLE_SESSION_KEY: the one given, else the chart's own. */}}
+{{- define "skiplock.api.consoleSecretName" -}}
+{{- default (printf "%s-console-session" (include "skiplock.fullname" .)) .Values.api.console.existingSecret }}
+{{- end }}
+
+{{/* The generated session key: the one already in the cluster, else a new one, as the admin token
+(a new one would end every console session at each upgrade); computed once per render. */}}
+{{- define "skiplock.api.generatedSessionKey" -}}
+{{- $console := .Values.api.console }}
+{{- if not (hasKey $console "generatedKey") }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "skiplock.api.consoleSecretName" .) }}
+{{- if and $existing $existing.data (index $existing.data "session-key") }}
+{{- $_ := set $console "generatedKey" (index $existing.data "session-key" | b64dec) }}
+{{- else }}
+{{- $_ := set $console "generatedKey" (randAlphaNum 43) }}
+{{- end }}
+{{- end }}
+{{- $console.generatedKey }}
+{{- end }}
+
 {{/* ---- validation: relations a JSON schema cannot express ------------------------------------ */}}
 
 {{- define "skiplock.validate" -}}

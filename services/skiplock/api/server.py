@@ -17,6 +17,7 @@ from ..engine.errors import ConfigError
 from ..engine.metrics import listen_failure
 from ..engine.settings import API_WORKER_TIMEOUT_SECONDS, ApiSettings, Settings
 from .connections import ApiWorker
+from .console.session import with_run_key
 from .gunicorn_classes import ApiLogger
 from .probes import MasterProbes
 
@@ -69,7 +70,8 @@ def check_bind(bind: str) -> None:
 
 class ApiServer(BaseApplication):
     def __init__(self, settings: Settings | ApiSettings, *, bind: str, workers: int, threads: int):
-        self.settings = settings = ApiSettings.of(settings)
+        # here in the master: the workers it forks share the run's console key (auth disabled)
+        self.settings = settings = with_run_key(ApiSettings.of(settings))
         self.probes = MasterProbes(settings)  # /healthz, /readyz, /metrics on SKIPLOCK_METRICS_PORT
         self.options = dict(
             # gthread with read deadlines, its own refusals in the API's JSON shape; its log lines

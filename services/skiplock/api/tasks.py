@@ -19,8 +19,8 @@ from typing import Any
 from flask import Blueprint, g
 
 from ..engine import store as store_mod
-from ..engine.errors import (IdempotencyConflict, InvalidInput, PayloadTooLarge, TaskNotCancellable,
-                             TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
+from ..engine.errors import (IdempotencyConflict, InvalidInput, NameLimitReached, PayloadTooLarge,
+                             TaskNotCancellable, TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
 from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
                             Task, TaskSpec)
 from ..engine.payload_types import payload_for_enqueue
@@ -30,6 +30,7 @@ from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_L
 from ..engine.task_actions import cancel_task as cancel, resume_task as resume
 from ..waiting import wait
 from .audit import audited, current_draft
+from .names import admit
 from .app_state import api, reads
 from .listings import IDEMPOTENCY_KEY, TASK_LIST_QUERY
 from .operations import SMALL_BODY, operation
@@ -129,6 +130,7 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
     this request's own is read from the row's xmin. A key that names a task submitted with the
     same fingerprint is a replay (created False); with another fingerprint it is
     IdempotencyConflict, and nothing of this request remains."""
+    admit(tx, specs)  # before any insert: a refused submission writes nothing
     ids = tx.tasks.task_insert(specs)
     created = [True] * len(specs)
     keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None]
@@ -169,7 +171,7 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
            max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", limited=True,
            responses={201: ("Enqueued.", TASK),
                       200: ("Replay: this Idempotency-Key and body created this task before.", TASK)},
-           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict))
+           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameLimitReached))
 def submit_task():
     spec, fingerprint, deadline = _spec(g.body, g.headers["Idempotency-Key"], api().settings.max_payload_bytes, "")
     with audited() as (tx, draft):
@@ -186,7 +188,7 @@ def submit_task():
                        "carry an idempotency_key each.",
            responses={201: ("Enqueued (some may be replays).", BATCH_RESULT),
                       200: ("Every item was a replay.", BATCH_RESULT)},
-           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict))
+           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameLimitReached))
 def submit_batch():
     max_payload = api().settings.max_payload_bytes
     specs, fingerprints, deadlines = [], [], []

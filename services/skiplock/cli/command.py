@@ -12,6 +12,7 @@ import datetime as dt
 import getpass
 import json
 import os
+import re
 
 from ..engine.errors import InvalidInput, SkiplockError
 from ..engine.settings import Settings
@@ -91,12 +92,23 @@ def query(fields, values: dict, flags: dict[str, str]) -> dict:
         raise InvalidInput(f"--{flags.get(name, name).replace('_', '-')}:{rest}") from None
 
 
+# C0, DEL and C1 controls, line and paragraph separators, and the bidirectional overrides and
+# isolates: task data (payloads, errors, names) is anyone's text, and these would move the cursor,
+# retitle or recolour the operator's terminal, or reorder what the row seems to say
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character written as its escape (`\\x1b`, `\\u202e`)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
 def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]], empty: str) -> None:
     """Columns aligned to their widest cell, or `empty` when there are no rows."""
     if not rows:
         print(empty)
         return
-    rows = [header, *rows]
+    rows = [[printable(cell) for cell in r] for r in (header, *rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())

@@ -33,6 +33,13 @@ class PayloadTooLarge(InvalidInput):
     status = 413
 
 
+class UnsupportedMediaType(InvalidInput):
+    """A request body of a type the route does not read (the console reads only its own forms)."""
+
+    code = "request.unsupported_media_type"
+    status = 415
+
+
 class TaskNotFound(SkiplockError):
     code = "task.not_found"
     status = 404
@@ -197,3 +204,17 @@ class RouteNotFound(SkiplockError):
 class MethodNotAllowed(SkiplockError):
     code = "request.method_not_allowed"
     status = 405
+
+
+class ConsoleDisabled(SkiplockError):
+    """The web console has no session key (SKIPLOCK_CONSOLE_SESSION_KEY): it signs nobody in."""
+
+    code = "console.disabled"
+    status = 503
+
+
+class NameLimitReached(SkiplockError):
+    """A submission names a new queue or kind past SKIPLOCK_API_MAX_QUEUES / _KINDS."""
+
+    code = "task.name_limit"
+    status = 409

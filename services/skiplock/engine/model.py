@@ -107,6 +107,11 @@ class Fail(Exception):
     """Raised by a handler: the task is failed at once, without retry (a permanent error)."""
 
 
+class TooManyChildren(Fail):
+    """Raised by ctx.enqueue past SKIPLOCK_MAX_CHILDREN_PER_RUN: another run would ask for as many,
+    so the task fails at once, and its transaction, children included, is rolled back."""
+
+
 # ---- task definitions ------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -98,8 +98,11 @@ _IPV4_IN_LOW_32 = tuple(ipaddress.ip_network(net) for net in (
 ))
 # never public, whatever they embed: RFC 8215's local-use NAT64 prefix puts the IPv4 address where
 # the operator's prefix length (/48 to /96, RFC 6052) says, so no decoding of it can be trusted;
-# site-local fec0::/10 is deprecated (RFC 3879) but still routed inside sites that use it
-_NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "fec0::/10"))
+# site-local fec0::/10 is deprecated (RFC 3879) but still routed inside sites that use it; SRv6
+# SIDs 5f00::/16 (RFC 9602) and documentation 3fff::/20 (RFC 9637) came after Python 3.11's
+# `is_global` table, which still counts them public
+_NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "fec0::/10", "5f00::/16",
+                                                            "3fff::/20"))
 
 # SKIPLOCK_WEBHOOK_ALLOWED_PORTS by default: 80, 443 and 1024-65535 but these, where databases,
 # caches, queues and control planes listen (a delivery's POST must not reach one on an allowed network)
@@ -150,7 +153,7 @@ def redacted(url: str) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
+        port = f":{parts.port}" if parts.port is not None else ""
     except ValueError:
         return "(a malformed URL)"
     host = f"[{host}]" if ":" in host else host
@@ -212,7 +215,10 @@ class AddressGuard:
             raise InvalidInput(f"url {redacted(url)!r}: credentials in the URL are not allowed; sign with the secret instead")
         if any(c.isspace() for c in url):
             raise InvalidInput(f"url {redacted(url)!r}: contains whitespace")
-        port = port or (443 if parts.scheme == "https" else 80)
+        if port == 0:  # `port or default` would read it as the scheme's default port
+            raise InvalidInput(f"url {redacted(url)!r}: port 0 is not a port a delivery can reach")
+        if port is None:
+            port = 443 if parts.scheme == "https" else 80
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.hostname
         if not host.isascii():

@@ -55,10 +55,11 @@ class Claimed(NamedTuple):
 class Claimer:
     def __init__(self, store: Store, slots: Slots, threads: HandlerThreads, registry: Registry,
                  metrics: Metrics, stop: Stop, owner: str, queues: Sequence[str], lease_seconds: float,
-                 outcomes_pending: Callable[[], int], lanes: int = 0):
+                 outcomes_pending: Callable[[], int], lanes: int = 0, max_children: int = 10_000):
         self.store, self.slots, self.threads, self.registry = store, slots, threads, registry
         self.stop, self.owner, self.queues, self.lease_seconds = stop, owner, tuple(queues), lease_seconds
         self.lanes = lanes  # SKIPLOCK_CLAIM_LANES (0: no bound)
+        self.max_children = max_children  # SKIPLOCK_MAX_CHILDREN_PER_RUN, each run's ctx.enqueue bound
         self._outcomes_pending = outcomes_pending  # for the log line of a failed claim
         self._db_ok = False  # the database answered the last claim (readiness); written only here
         # written by the claim onto tasks enqueued without max_attempts: the number in force, which
@@ -143,7 +144,7 @@ class Claimer:
         waits: dict[str, list[float]] = {}
         get_definition, store = self.registry.get, self.store
         for task in tasks:
-            runs.append(Run(task, TaskContext(task, store), get_definition(task.kind)))
+            runs.append(Run(task, TaskContext(task, store, self.max_children), get_definition(task.kind)))
             waited = task.waited_seconds
             waits.setdefault(task.queue, []).append(waited if waited > 0.0 else 0.0)
         for queue, queue_waits in waits.items():

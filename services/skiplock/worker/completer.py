@@ -3,6 +3,10 @@
 It owns the outcome queue and the writer thread. Handler threads hand it what they return
 (`accept`); the writer writes what has gathered while the last statement ran (`run_once`), on a
 connection of its own, fenced by each claim's lease token; shutdown writes the rest (`flush`).
+Every outcome goes through one write path (`_write`): a batch the database refuses is written
+again one outcome at a time through it, and one refused alone is recorded as failed. Its one
+variant is a handler's own transaction (`_settle_in_transaction`): the outcome is written on that
+connection and committed with the handler's writes.
 A failed write keeps its outcomes (fenced: writing them late is safe) and is retried with backoff.
 An outcome whose row another transaction held for the moment (BUSY: the settle never waits for a
 row lock) goes back in line and is written again a moment later.
@@ -19,19 +23,22 @@ import uuid
 from collections.abc import Sequence
 
 from ..engine.errors import ConnectionLost, DatabaseUnavailable, DataRefused
-from ..engine.logs import log_task_failed
-from ..engine.metrics import Metrics, observe_many
+from ..engine.metrics import Metrics
 from ..engine.retry import failures_after
 from ..engine.model import BUSY, Settlement
 from ..engine.store import Store, translated_errors
 from .executor import retry_later, settlement
+from .held_transaction import HeldTransaction
+from .outcome_records import OutcomeRecords
 from .slots import Run, Slots
-from .store_errors import DB_ERRORS, short, translated
+from .store_errors import DB_ERRORS, short
 
 log = logging.getLogger("skiplock.worker")
 
 # outcomes per statement, at most
 _BATCH = 1000
+# how the failure that replaces an outcome the database refused begins
+_NOT_STORABLE = "outcome not storable"
 
 # How long the writer pauses after a write that found rows BUSY, doubling while it keeps finding
 # some: another worker's claim statement holds such a row until it commits.
@@ -49,8 +56,12 @@ class Completer:
         self._ready = threading.Event()   # the writer's: an outcome is waiting
         self._stop = threading.Event()
         self._writer: threading.Thread | None = None
-        self._children: dict = {}
+        self._records = OutcomeRecords(metrics, slots)
         self._busy_rounds = 0  # writes in a row that found rows BUSY
+
+    def reject(self, operation: str, runs: Sequence[Run]) -> None:
+        """Count and log writes of `operation` that found their claims lost (the keeper's)."""
+        self._records.reject(operation, runs)
 
     # ---- what handlers return -----------------------------------------------------------------
     def accept(self, run: Run, outcome: Settlement) -> None:
@@ -60,10 +71,10 @@ class Completer:
         held = run.ctx.take_transaction()
         if not self.slots.handler_returned(run):
             if held is not None:
-                _rollback(held)
+                held.rollback()
             log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": outcome.outcome})
             return
-        run.elapsed = elapsed  # observed in _record, many at a time
+        run.elapsed = elapsed  # observed when its outcome is recorded, many at a time
         if held is not None:
             self._settle_in_transaction(run, outcome, held)
         else:
@@ -123,22 +134,53 @@ class Completer:
         """Write the outcomes finished so far in one statement; returns how many it took. On
         connection trouble they are kept and it raises."""
         batch = self._take()
-        if not batch:
-            return 0
+        if batch:
+            self._write(batch)
+        return len(batch)
+
+    def _write(self, batch: list[Run]) -> None:
+        """The one write path: task_settle of the batch, rows found BUSY back in line, the rest
+        recorded. On connection trouble the batch goes back to the front of the line and this
+        raises (fenced: writing it late is safe)."""
         try:
             applied = self._settle(batch)
-        except DataRefused:
+        except DataRefused as exc:
             # one outcome the database refuses must not hold up the others
-            self._settle_one_by_one(batch)
-            return len(batch)
+            if len(batch) > 1:
+                self._write_each(batch)
+            else:
+                self._write_failure(batch[0], exc)
+            return
         except BaseException:
             self._outcomes.extendleft(reversed(batch))
             raise
-        self._record(self._put_back_busy(batch, applied), applied)
+        self._records.record(self._put_back_busy(batch, applied), applied)
         if "queued" in applied.values():
             # a retry or step due now, or a release: the claimer may have stopped looking
             self.slots.announce()
-        return len(batch)
+
+    def _write_each(self, batch: list[Run]) -> None:
+        """A refused batch, one outcome per statement; on connection trouble the rest go back in
+        line after the one that failed."""
+        for i, run in enumerate(batch):
+            try:
+                self._write([run])
+            except BaseException:
+                for position, rest in enumerate(batch[i + 1:], 1):
+                    self._outcomes.insert(position, rest)
+                raise
+
+    def _write_failure(self, run: Run, exc: DataRefused) -> None:
+        """An outcome the database refuses on its own: the task fails with the reason instead.
+        If even that is refused, the run is let go and its lease expires (a reclaim takes over)."""
+        if run.settlement.outcome == "failed" and (run.settlement.error or "").startswith(_NOT_STORABLE):
+            log.error("could not record the failure", extra={"task_id": str(run.task.id), "error": short(exc)})
+            self._records.record([run], {})
+            return
+        log.error("the database refused an outcome; failing the task",
+                  extra={"task_id": str(run.task.id), "error": short(exc)})
+        run.settlement = settlement(run, "failed", error=f"{_NOT_STORABLE}: {short(exc)}")
+        self._write([run])
 
     def _settle(self, batch: list[Run]) -> dict[uuid.UUID, str]:
         """task_settle of the batch's outcomes. A connection lost before the answer came leaves
@@ -193,15 +235,8 @@ class Completer:
             return batch
         self._busy_rounds += 1
         self._outcomes.extend(busy)
-        self._count_busy(busy)
+        self._records.count_busy(busy)
         return [r for r in batch if applied.get(r.task.id) != BUSY]
-
-    def _count_busy(self, runs: Sequence[Run]) -> None:
-        by_queue: dict[str, int] = {}
-        for run in runs:
-            by_queue[run.task.queue] = by_queue.get(run.task.queue, 0) + 1
-        for queue, n in by_queue.items():
-            self._child(self.metrics.outcome_writes_busy, queue).inc(n)
 
     def _take(self) -> list[Run]:
         batch = []
@@ -212,11 +247,11 @@ class Completer:
             pass
         return batch
 
-    def _settle_in_transaction(self, run: Run, outcome: Settlement, held) -> None:
+    def _settle_in_transaction(self, run: Run, outcome: Settlement, held: HeldTransaction) -> None:
         """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
-        pool_cm, conn = held
+        conn = held.conn
         if outcome.outcome not in ("completed", "step"):
-            _rollback(held)  # a failure undoes the handler's writes, then is recorded as usual
+            held.rollback()  # a failure undoes the handler's writes, then is recorded as usual
             run.settlement = outcome
             self.submit(run)
             return
@@ -228,7 +263,7 @@ class Completer:
                 else:
                     conn.rollback()
         except DB_ERRORS as exc:
-            _rollback(held, close=True)
+            held.rollback(close=True)
             if isinstance(exc, ConnectionLost):
                 # the COMMIT may have been applied, the handler's writes with the outcome: the retry
                 # below is then refused by its fence, and found standing (_settle)
@@ -241,9 +276,9 @@ class Completer:
             run.settlement = retry_later(run, f"transaction failed: {short(exc)}")
             self.submit(run)
             return
-        pool_cm.__exit__(None, None, None)
+        held.release()
         run.settlement = outcome
-        self._record([run], applied)
+        self._records.record([run], applied)
 
     def _settle_held(self, run: Run, outcome: Settlement, conn) -> dict[uuid.UUID, str]:
         """task_settle on a handler's own transaction, written again while its row is BUSY."""
@@ -251,104 +286,6 @@ class Completer:
             applied = self.store.tasks.task_settle([outcome], conn=conn)
             if applied.get(outcome.task_id) != BUSY:
                 return applied
-            self._count_busy([run])
+            self._records.count_busy([run])
             time.sleep(pause)
         raise DatabaseUnavailable("the task's row stayed held by another transaction")
-
-    def _settle_one_by_one(self, batch: list[Run]) -> None:
-        for run in batch:
-            try:
-                applied = self.store.tasks.task_settle([run.settlement])
-            except DataRefused as exc:
-                log.error("the database refused an outcome; failing the task",
-                          extra={"task_id": str(run.task.id), "error": short(exc)})
-                run.settlement = settlement(run, "failed", error=f"outcome not storable: {short(exc)}")
-                try:
-                    applied = self.store.tasks.task_settle([run.settlement])
-                except DB_ERRORS as exc2:  # the lease will expire and a reclaim takes over
-                    log.error("could not record the failure", extra={"task_id": str(run.task.id),
-                                                                      "error": short(exc2)})
-                    applied = {}
-            except DB_ERRORS:
-                self.submit(run)  # connection trouble: back in line for the normal retry
-                continue
-            if applied.get(run.task.id) == BUSY:
-                self._count_busy([run])
-                self.submit(run)
-                continue
-            self._record([run], applied)
-
-    # ---- accounting ---------------------------------------------------------------------------
-    def _record(self, runs: Sequence[Run], applied: dict[uuid.UUID, str]) -> None:
-        finished: dict[tuple[str, str, str], int] = {}
-        durations: dict[tuple[str, str], list[float]] = {}
-        settled = rejected = 0
-        for run in runs:
-            task = run.task
-            if run.elapsed is not None:
-                durations.setdefault((task.queue, task.kind), []).append(run.elapsed)
-            state = applied.get(task.id)
-            operation = run.settlement.outcome
-            if state is None:
-                self._refused(operation, run)
-                rejected += 1
-                continue
-            if state == "failed":
-                log_task_failed(log, task_id=task.id, kind=task.kind, queue=task.queue, attempts=task.attempt,
-                                error=run.settlement.error)
-            settled += 1
-            key = (task.queue, task.kind, _outcome_label(operation, state))
-            finished[key] = finished.get(key, 0) + 1
-        for labels, n in finished.items():
-            self._child(self.metrics.tasks_finished, *labels).inc(n)
-        for labels, values in durations.items():
-            observe_many(self._child(self.metrics.task_duration, *labels), values)
-        # after the metrics: whoever sees the counts sees the metrics they count
-        self.slots.written(runs, settled, rejected)
-
-    def reject(self, operation: str, runs: Sequence[Run]) -> None:
-        """Count and log writes of `operation` that found their claims lost."""
-        for run in runs:
-            self._refused(operation, run)
-        self.slots.count("rejected", len(runs))
-
-    def _refused(self, operation: str, run: Run) -> None:
-        self.metrics.stale_writes_rejected.labels(operation).inc()
-        log.warning("stale write rejected: the claim was lost",
-                    extra={"task_id": str(run.task.id), "operation": operation,
-                           "lease_token": run.task.lease_token})
-
-    def _child(self, metric, *labels):
-        """metric.labels(*labels), cached: labels() takes a lock and builds a tuple per call."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
-
-
-def _outcome_label(operation: str, state: str) -> str:
-    if state in ("completed", "failed", "cancelled"):
-        return state
-    return {"retry": "retried", "step": "checkpoint", "released": "released"}.get(operation, operation)
-
-
-def _rollback(held, close: bool = False) -> None:
-    """Roll back and return a handler's connection; one that will not roll back is closed."""
-    pool_cm, conn = held
-    try:
-        with translated:
-            conn.rollback()
-    except DB_ERRORS:
-        close = True
-    if close:
-        try:
-            with translated:
-                conn.close()
-        except DB_ERRORS:
-            pass
-    try:
-        with translated:
-            pool_cm.__exit__(None, None, None)
-    except DB_ERRORS:
-        pass  # the pool replaces a connection it cannot take back

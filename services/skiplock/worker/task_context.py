@@ -12,8 +12,8 @@ import uuid
 from contextlib import contextmanager
 from typing import Any
 
-from ..engine.model import ClaimedTask, Parent
-from ..engine.store import wait_unbounded
+from ..engine.model import ClaimedTask, Parent, TooManyChildren
+from .held_transaction import HeldTransaction
 
 
 # ctx.parents()'s bound: a fan-in of more parents reads them with a larger limit
@@ -24,13 +24,17 @@ _REGISTERED: set[tuple[str, str, str, str]] = set()
 
 
 class TaskContext:
-    __slots__ = ("_task", "_cancel", "_open_tx", "_store")
+    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "_max_children", "_children")
 
-    def __init__(self, task: ClaimedTask, store):
+    def __init__(self, task: ClaimedTask, store, max_children: int = 10_000):
         self._task = task
         self._cancel = False  # set once by another thread, read by the handler: a plain flag will do
-        self._open_tx = None  # (connection context manager, connection) while a transaction is held
+        self._open_tx: HeldTransaction | None = None  # the handler's own transaction, while held
         self._store = store
+        # the children all commit with the run's outcome, in one transaction that grows with them
+        # and holds their rows' locks meanwhile: SKIPLOCK_MAX_CHILDREN_PER_RUN bounds it
+        self._max_children = max_children
+        self._children = 0
 
     @property
     def log(self) -> logging.Logger:
@@ -79,18 +83,9 @@ class TaskContext:
         # the commit waits for the handler's return value: see Completer._settle_in_transaction
 
     def _held_connection(self):
-        if self._open_tx is not None:
-            return self._open_tx[1]
-        pool_cm = self._store.connection()
-        conn = pool_cm.__enter__()
-        try:
-            wait_unbounded(conn)  # the handler's statements take as long as they take
-            conn.autocommit = False
-        except Exception:
-            pool_cm.__exit__(None, None, None)
-            raise
-        self._open_tx = (pool_cm, conn)
-        return conn
+        if self._open_tx is None:
+            self._open_tx = HeldTransaction(self._store)
+        return self._open_tx.conn
 
     def enqueue(self, kind: str, payload: Any = None, **options) -> uuid.UUID:
         """skiplock.enqueue in this run's transaction (ctx.transaction()): the child exists only
@@ -99,6 +94,7 @@ class TaskContext:
         and on this task itself."""
         from ..enqueueing import enqueue
 
+        self._count_children(1)
         self._register(options.get("queue", "default"), kind)
         return enqueue(self._held_connection(), kind, payload, schema=self._store.schema, **options)
 
@@ -106,8 +102,17 @@ class TaskContext:
         """skiplock.enqueue_many in this run's transaction, as ctx.enqueue."""
         from ..enqueueing import enqueue_many
 
+        payloads = list(payloads)
+        self._count_children(len(payloads))
         self._register(options.get("queue", "default"), kind)
         return enqueue_many(self._held_connection(), kind, payloads, schema=self._store.schema, **options)
+
+    def _count_children(self, more: int) -> None:
+        if self._children + more > self._max_children:
+            raise TooManyChildren(f"this run enqueued {self._children} children and asked for {more} more: at most "
+                                  f"{self._max_children} per run (SKIPLOCK_MAX_CHILDREN_PER_RUN); enqueue a larger "
+                                  "fan-out in steps or from the children")
+        self._children += more
 
     def _register(self, queue: str, kind: str) -> None:
         """Commit the (queue, kind) pair on its own first (queue_kind_register says why), once per
@@ -122,7 +127,7 @@ class TaskContext:
         and last error, as they are now."""
         return self._store.tasks.task_parents(self._task.id, limit)
 
-    def take_transaction(self):
-        """(pool context, connection) of the handler's open transaction, or None."""
+    def take_transaction(self) -> HeldTransaction | None:
+        """The handler's open transaction, now the caller's to end, or None."""
         held, self._open_tx = self._open_tx, None
         return held

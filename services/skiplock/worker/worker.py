@@ -71,6 +71,7 @@ class WorkerConfig:
     claim_lanes: int = 0              # SKIPLOCK_CLAIM_LANES: claims of one queue at once (0: no bound)
     listen: bool = True               # False: no LISTEN connection, a claim every poll interval
     listen_url: str | None = None     # None: the store's own URL
+    max_children_per_run: int = 10_000  # SKIPLOCK_MAX_CHILDREN_PER_RUN
 
     @classmethod
     def from_settings(cls, settings: Settings | WorkerSettings) -> "WorkerConfig":
@@ -85,7 +86,8 @@ class WorkerConfig:
                    poll_seconds=s.poll_seconds, reclaim_seconds=s.reaper_seconds,
                    max_reclaims=s.max_reclaims, claim_batch=s.claim_batch or s.concurrency,
                    stuck_grace_seconds=s.stuck_grace_seconds, listen=s.listen,
-                   listen_url=s.listen_database_url, claim_lanes=s.claim_lanes)
+                   listen_url=s.listen_database_url, claim_lanes=s.claim_lanes,
+                   max_children_per_run=s.max_children_per_run)
 
 
 class Worker:
@@ -111,7 +113,8 @@ class Worker:
         self.completer = Completer(store, self.slots, self.metrics, self.stop.urgent)
         self.threads = HandlerThreads(Executor(settings.tasks, config.stuck_grace_seconds), self.completer.accept)
         self.claimer = Claimer(store, self.slots, self.threads, self.registry, self.metrics, self.stop, self.name,
-                               config.queues, config.lease_seconds, self.completer.pending, config.claim_lanes)
+                               config.queues, config.lease_seconds, self.completer.pending, config.claim_lanes,
+                               config.max_children_per_run)
         # this worker's row in skiplock.workers, written by the keeper while run() runs
         self.registration = Registration(store, settings, self.name, config.queues, config.concurrency,
                                          config.lease_seconds)

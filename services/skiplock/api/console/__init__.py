@@ -13,13 +13,17 @@ no page holds an inline script (the Content-Security-Policy forbids it).
 
 from __future__ import annotations
 
+import logging
+
 from flask import Flask
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from ..app_state import KEY
-from .session import Sessions
+from .session import DISABLED, Sessions
 
 PREFIX = "/ui"
+
+log = logging.getLogger("skiplock.api.console")
 
 
 def create_console(api_app: Flask) -> Flask:
@@ -31,7 +35,9 @@ def create_console(api_app: Flask) -> Flask:
     console.config.update(PROVIDE_AUTOMATIC_OPTIONS=False)
     console.extensions[KEY] = ctx
     console.extensions[views.API_APP] = api_app
-    console.extensions[views.SESSIONS] = Sessions(ctx.settings, ctx.auth.enabled)
+    sessions = console.extensions[views.SESSIONS] = Sessions(ctx.settings, ctx.auth.enabled)
+    if sessions.key_missing:
+        log.warning(DISABLED)  # the API itself serves: the console alone fails closed
     console.register_blueprint(views.bp)
     views.install(console)
     return console

@@ -1,21 +1,27 @@
 """The console's session: a signed, expiring cookie that names the API token it was opened with
 and carries the CSRF token of every form.
 
-The signing key is derived from the configuration, so no default secret exists and nothing new
-has to be configured: HMAC-SHA256 over every configured `name:role:sha256` token entry (with
-authentication disabled, over the database URL; there is no login then, only the CSRF token).
-Changing SKIPLOCK_API_TOKENS (adding, rotating or revoking a token) therefore ends every session.
+The signing key is SKIPLOCK_CONSOLE_SESSION_KEY, a secret of its own and nothing else: the token
+list is configuration anyone with read access to a ConfigMap or the chart's values may see, so
+nothing derived from it may sign a session. Changing the key ends every session. Without a key
+the console is disabled (`Sessions.key_missing`; views.py answers every page 503): there is no
+fallback key, because any fallback would be a default secret or one derived from something public.
+With authentication disabled there is no one to sign in as, and `with_run_key` makes a key of
+the run's own (`skiplock api`, `skiplock dev`).
 The role is not stored: each request looks the session's token name up in the current
-configuration, so a changed role applies at once and a removed name ends the session.
+configuration, so a changed role applies at once, and a removed name or a rotated token (the
+cookie holds the start of the token's SHA-256) ends the session.
 
-The cookie is HttpOnly and SameSite=Strict, Secure when the request came over HTTPS (directly,
-or through a proxy that sends X-Forwarded-Proto: https). This module only reads and writes the
+The cookie is HttpOnly and SameSite=Lax, Secure when the request came over HTTPS (directly, or
+through a proxy that sends X-Forwarded-Proto: https). Lax, not Strict: a link to the console from
+another site (a chat, an alert) must open it signed in. Lax still keeps the cookie off every
+cross-site POST, fetch, image and frame, and every state change is a POST that must also carry
+the session's CSRF token; no GET changes anything. This module only reads and writes the
 cookie; which page needs which role is the views' business.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from typing import NamedTuple
@@ -23,19 +29,23 @@ from typing import NamedTuple
 from flask import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from ...engine.settings import ApiSettings
+from ...engine.settings import CONSOLE_SESSION_KEY_MIN_CHARS, ApiSettings, ApiToken, Settings
 from ..auth import ANONYMOUS, Principal
 
 COOKIE = "skiplock_console"
 # A session lasts a working day; signing in again takes one paste of the token.
 MAX_AGE_SECONDS = 8 * 3600
+# what a console without SKIPLOCK_CONSOLE_SESSION_KEY answers, and logs once at start
+DISABLED = ("the console is disabled: set SKIPLOCK_CONSOLE_SESSION_KEY (or _FILE) to a random secret "
+            f"of at least {CONSOLE_SESSION_KEY_MIN_CHARS} characters, the same in every API process")
 
 
-def cookie_options(request: Request) -> dict:
+def cookie_options(request: Request, samesite: str = "Strict") -> dict:
     """How the console's cookies are set: for the console's paths only, out of scripts' reach,
-    never sent by another site, over HTTPS only when the request came that way."""
+    sent by another site at most on a top-level navigation (Lax), over HTTPS only when the request
+    came that way."""
     secure = request.is_secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-    return dict(path=request.script_root + "/", httponly=True, samesite="Strict", secure=secure)
+    return dict(path=request.script_root + "/", httponly=True, samesite=samesite, secure=secure)
 
 
 class Session(NamedTuple):
@@ -43,18 +53,12 @@ class Session(NamedTuple):
     principal: Principal | None  # None: not signed in (the login form still needs its CSRF token)
 
 
-def signing_key(settings: ApiSettings) -> bytes:
-    if settings.api_tokens:
-        material = "\n".join(f"{t.name}:{t.role}:{t.sha256}" for t in sorted(settings.api_tokens))
-    else:
-        material = settings.database_url or ""
-    return hmac.new(b"skiplock console session v1", material.encode(), hashlib.sha256).digest()
-
-
 class Sessions:
     def __init__(self, settings: ApiSettings, auth_enabled: bool):
-        self._serializer = URLSafeTimedSerializer(signing_key(settings), salt="skiplock.console")
-        self._roles = {t.name: t.role for t in settings.api_tokens}
+        self.key_missing = settings.console_session_key is None
+        self._serializer = None if self.key_missing else URLSafeTimedSerializer(
+            settings.console_session_key.encode(), salt="skiplock.console")
+        self._tokens = {t.name: t for t in settings.api_tokens}
         self.auth_enabled = auth_enabled
 
     def read(self, request: Request) -> Session | None:
@@ -73,8 +77,10 @@ class Sessions:
         name = data.get("n")
         if name is None:
             return Session(data["c"], None)
-        role = self._roles.get(name)
-        return Session(data["c"], Principal(name, role)) if role is not None else None
+        token = self._tokens.get(name)
+        if token is None or not hmac.compare_digest(str(data.get("t")), _fingerprint(token)):
+            return None  # revoked, or rotated since this session was opened with it
+        return Session(data["c"], Principal(name, token.role))
 
     def new(self, principal: Principal | None) -> Session:
         """A new session (a fresh CSRF token, so signing in never keeps a token seen before)."""
@@ -84,8 +90,26 @@ class Sessions:
         data = {"c": session.csrf}
         if session.principal is not None and self.auth_enabled:
             data["n"] = session.principal.name
-        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS, **cookie_options(request))
+            data["t"] = _fingerprint(self._tokens[session.principal.name])
+        response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS,
+                            **cookie_options(request, samesite="Lax"))
 
     @staticmethod
     def csrf_ok(session: Session | None, supplied: str | None) -> bool:
         return session is not None and bool(supplied) and hmac.compare_digest(session.csrf, supplied)
+
+
+def with_run_key(settings: Settings | ApiSettings) -> Settings | ApiSettings:
+    """`settings`, with a random key for this run when authentication is disabled and no key is
+    set: such a session names nobody (everyone is admin) and carries only its CSRF token, so a
+    key that ends with the run costs an open page one reload, never a sign-in, and none has to be
+    configured. Call it once, before any worker forks, so that all of the run's processes share
+    it; API processes apart from one another (pods) still need SKIPLOCK_CONSOLE_SESSION_KEY."""
+    if settings.console_session_key is None and settings.api_auth == "disabled":
+        return settings.replace(console_session_key=secrets.token_urlsafe(32))
+    return settings
+
+
+def _fingerprint(token: ApiToken) -> str:
+    """Which of a name's tokens a session was opened with (not a secret: the list holds it)."""
+    return token.sha256[:16]

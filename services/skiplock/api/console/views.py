@@ -24,15 +24,17 @@ from flask import (Blueprint, Flask, Response, current_app, g, redirect, render_
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
-from ...engine.errors import Forbidden, SkiplockError, Unauthorized
+from ...engine.errors import (ConsoleDisabled, Forbidden, PayloadTooLarge, SkiplockError, Unauthorized,
+                              UnsupportedMediaType)
 from ...engine.model import STATES, uuid7
 from .. import refusals
 from ..audit import record_refusal
 from ..auth import ANONYMOUS, rank
 from ..app_state import api
 from ..deliveries import DELIVERY_STATES
+from ..operations import SMALL_BODY
 from ..schema import parse_query
-from .session import Sessions, cookie_options
+from .session import DISABLED, Sessions, cookie_options
 
 log = logging.getLogger("skiplock.api.console")
 
@@ -57,6 +59,13 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
+# What the console's forms send, and at most this much of it: the form is parsed before the CSRF
+# check (the token is in it), so an anonymous POST must not be able to make it parse more.
+# multipart is refused unread (werkzeug would spool its file parts to disk). The largest real
+# form, a page of ticked task ids, is about a third of the limit.
+FORM_TYPE = "application/x-www-form-urlencoded"
+MAX_BODY_BYTES = SMALL_BODY
+
 # Pages anyone may open without a session (the login form needs only its CSRF token).
 PUBLIC_ENDPOINTS = {"console.login", "console.login_submit", "static"}
 
@@ -74,6 +83,9 @@ def _sessions() -> Sessions:
 # ---- the request around every page --------------------------------------------------------------
 
 def install(app: Flask) -> None:
+    # werkzeug stops reading a body without a Content-Length (chunked) here: one byte past the
+    # limit tells _check_body it went on
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
     app.before_request(_open)
     app.after_request(_close)
     app.register_error_handler(SkiplockError, _skiplock_error)
@@ -86,9 +98,19 @@ def _open() -> Response | None:
     g.started = time.perf_counter()
     g.request_id = uuid7().hex
     g.operation = None
+    if request.method == "POST":
+        _check_body()
+    if _sessions().key_missing:
+        if request.endpoint == "static":
+            return None  # the error page's stylesheet
+        raise ConsoleDisabled(DISABLED)
     session = _sessions().read(request)
     if session is None:
-        session = g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+        session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
+        # only a page sets a new cookie: a POST without a session is refused below, and its answer
+        # must not replace a session the browser holds (another site's form arrives without it)
+        if request.method == "GET":
+            g.new_session = session
     g.session = session
     g.principal = session.principal
     written = request.cookies.get(WRITTEN_COOKIE, "")
@@ -100,6 +122,18 @@ def _open() -> Response | None:
             raise Unauthorized("sign in first")
         return redirect(url_for("console.login"))
     return None
+
+
+def _check_body() -> None:
+    """Refuse, before anything reads it, a body that is not a console form or is too large."""
+    if request.mimetype not in ("", FORM_TYPE):  # no type: nothing parses the body (nor a form, so 403)
+        raise UnsupportedMediaType(f"the console reads only {FORM_TYPE} forms, not {request.mimetype[:100]}")
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is {length} bytes; the console's limit is {MAX_BODY_BYTES}")
+    # chunked: read now, as far as MAX_CONTENT_LENGTH lets werkzeug, and kept for the form parser
+    if length is None and len(request.get_data(cache=True)) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(f"request body is over the console's limit of {MAX_BODY_BYTES} bytes")
 
 
 def _close(response: Response) -> Response:

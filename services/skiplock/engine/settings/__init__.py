@@ -25,12 +25,14 @@ import os
 from collections.abc import Mapping
 
 from . import api, dispatcher, scheduler, shared, worker
-from .api import API_MAX_WAIT_CEILING, API_ROLES, API_WORKER_TIMEOUT_SECONDS, ApiToken, parse_api_tokens
+from .api import (API_MAX_WAIT_CEILING, API_ROLES, API_WORKER_TIMEOUT_SECONDS, CONSOLE_SESSION_KEY_MIN_CHARS, ApiToken,
+                  parse_api_tokens)
 from .declaration import BY_NAME, GROUPS, PREFIX, ROLES, Bound, EnvReader, Variable, declared_default, register
 from .shared import NAME_RE, POOLERS, SCHEMA_RE, DatabaseMethods, check_name, check_pooler
 from .worker import CLAIM_LANES_MAX
 
 __all__ = ["API_MAX_WAIT_CEILING", "API_ROLES", "API_WORKER_TIMEOUT_SECONDS", "ApiToken", "BY_NAME",
+           "CONSOLE_SESSION_KEY_MIN_CHARS",
            "Bound", "CLAIM_LANES_MAX", "EnvReader", "GROUPS", "NAME_RE", "POOLERS", "PREFIX", "ROLES",
            "SCHEMA_RE", "Settings", "Variable", "VARIABLES", "check_name", "check_pooler", "declared_default",
            "parse_api_tokens", "ApiSettings", "DatabaseSettings", "DispatcherSettings", "SchedulerSettings",
@@ -46,7 +48,8 @@ _RELATIONS = (worker.check_relations, dispatcher.check_relations)
 
 
 def _fields(variables) -> list:
-    return [(v.field, v.annotation, dataclasses.field(default=v.field_default())) for v in variables]
+    return [(v.field, v.annotation, dataclasses.field(default=v.field_default(), repr=not v.secret))
+            for v in variables]
 
 
 class _SettingsMethods(DatabaseMethods):

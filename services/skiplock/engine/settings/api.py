@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..errors import ConfigError
 from .declaration import API, DEV, Bound, Variable, at_least_zero, port, positive
 from .dispatcher import check_networks
-from .shared import NAME_RE
+from .shared import NAME_RE, check_url
 
 # API roles, weakest first: each can do what the ones before it can
 API_ROLES = ("reader", "submitter", "admin")
@@ -21,6 +21,8 @@ API_ROLES = ("reader", "submitter", "admin")
 API_WORKER_TIMEOUT_SECONDS = 60
 API_MAX_WAIT_CEILING = 50.0
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+# the console's session-signing key: a secret an attacker cannot guess (`openssl rand -base64 32`)
+CONSOLE_SESSION_KEY_MIN_CHARS = 32
 
 
 class ApiToken(NamedTuple):
@@ -57,6 +59,12 @@ def parse_api_tokens(text: str, variable: str = "SKIPLOCK_API_TOKENS") -> tuple[
     return tuple(tokens)
 
 
+def _session_key(variable: Variable, value) -> None:
+    if value is not None and len(value) < CONSOLE_SESSION_KEY_MIN_CHARS:
+        raise ConfigError(f"{variable.env}: {len(value)} characters; use at least {CONSOLE_SESSION_KEY_MIN_CHARS} "
+                          "random ones (e.g. `openssl rand -base64 32`)")
+
+
 def _tokens(value) -> tuple[ApiToken, ...]:
     return value if isinstance(value, tuple) else parse_api_tokens(value)
 
@@ -70,43 +78,53 @@ VARIABLES: tuple[Variable, ...] = (
              contract=14),
     Variable("API_TRUSTED_PROXIES", (), "CIDRs of the proxies in front of the API whose `X-Forwarded-For` names "
              "the client in refusal logs", API, _A, kind="names", checker=check_networks,
-             shown="— (none: the peer's address)", contract=27),
+             shown="— (none: the peer's address)", contract=28),
     Variable("API_STATEMENT_TIMEOUT_SECONDS", 5.0, "the longest an API read may run in Postgres; one that takes "
              "longer answers 503 `database.statement_timeout`", API, _A, kind="number", bound=positive(),
-             contract=28),
+             contract=29),
     Variable("READ_DATABASE_URL", None, "libpq URL of a read replica (a streaming standby) for the API's and the "
              "console's read-only routes; writes, and reads that must see the caller's own writes, stay on "
-             "`SKIPLOCK_DATABASE_URL`. Unset: every read on the primary", API, _A, shown="— (every read on the primary)",
+             "`SKIPLOCK_DATABASE_URL`. Unset: every read on the primary", API, _A, checker=check_url, shown="— (every read on the primary)",
              more="while the replica does not answer, or lags more than `SKIPLOCK_READ_MAX_LAG_SECONDS`, those reads "
-             "go to the primary; docs/SCALING.md lists the routes", contract=29),
+             "go to the primary; docs/SCALING.md lists the routes", contract=30),
     Variable("READ_MAX_LAG_SECONDS", 30.0, "while the replica is further behind the primary than this, the reads "
-             "it would serve go to the primary", API, _A, kind="number", bound=positive(), contract=30),
+             "it would serve go to the primary", API, _A, kind="number", bound=positive(), contract=31),
     Variable("API_HEADER_TIMEOUT_SECONDS", 10.0, "the longest a client may take to send a request's line and "
-             "headers; then the connection is closed", API, _A, kind="number", bound=positive(), contract=31),
+             "headers; then the connection is closed", API, _A, kind="number", bound=positive(), contract=32),
     Variable("API_BODY_TIMEOUT_SECONDS", 60.0, "the longest a client may take to send a request's body (and to "
-             "read its response); then 408 `request.timeout`", API, _A, kind="number", bound=positive(), contract=32),
+             "read its response); then 408 `request.timeout`", API, _A, kind="number", bound=positive(), contract=33),
     Variable("API_MAX_CONNECTIONS", 100, "open connections one gunicorn worker holds; beyond it new ones wait in "
-             "the listen backlog", API, _A, kind="integer", bound=positive("integer"), contract=33),
+             "the listen backlog", API, _A, kind="integer", bound=positive("integer"), contract=34),
     Variable("API_SUBMIT_RATE", 0.0, "submissions (`POST /v1/tasks`, `POST /v1/tasks:batch`) per second one token "
              "may make, per gunicorn worker; over it 429 `request.rate_limited` with `Retry-After`; `0`: no limit",
-             API, _A, kind="number", bound=_NO_LIMIT, contract=34),
+             API, _A, kind="number", bound=_NO_LIMIT, contract=35),
     Variable("API_SUBMIT_BURST", 10, "submissions a token may make at once above its rate, per worker", API, _A,
-             kind="integer", bound=positive("integer"), contract=35),
+             kind="integer", bound=positive("integer"), contract=36),
     Variable("API_SUBMIT_CONCURRENCY", 0, "submissions one token may have in flight, per gunicorn worker; over it "
-             "429 with `Retry-After`; `0`: no limit", API, _A, kind="integer", bound=_NO_LIMIT, contract=36),
+             "429 with `Retry-After`; `0`: no limit", API, _A, kind="integer", bound=_NO_LIMIT, contract=37),
     Variable("API_LARGE_BODY_BYTES", 1024 * 1024, "a request body above this size (or without a length, on a route "
-             "that allows more) is large", API, _A, kind="integer", bound=_NO_LIMIT, contract=37),
+             "that allows more) is large", API, _A, kind="integer", bound=_NO_LIMIT, contract=38),
+    Variable("API_MAX_QUEUES", 1000, "queues that exist (ever had a task) past which a non-admin `POST /v1/tasks` or "
+             "`:batch` naming a new queue answers 409 `task.name_limit`; names that exist, admins and the library are "
+             "not refused; `0`: no limit", API, _A, kind="integer", bound=_NO_LIMIT, contract=39),
+    Variable("API_MAX_KINDS", 1000, "the same bound for kinds", API, _A, kind="integer", bound=_NO_LIMIT, contract=40),
     Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
              "429 with `Retry-After` (this bounds the API's memory)", API, _A, kind="integer",
-             bound=positive("integer"), contract=38),
+             bound=positive("integer"), contract=41),
     Variable("API_MAX_WAIT_SECONDS", 20.0, "the longest `GET /v1/tasks/{id}?wait=` holds a request for a task to "
              "end (a longer `wait` is cut to it; also to the shutdown grace); `0`: no long-poll", API, _A,
              kind="number", bound=Bound(0, f"0-{API_MAX_WAIT_CEILING:g} (below the API's worker timeout, "
                                            f"{API_WORKER_TIMEOUT_SECONDS} s)", high=API_MAX_WAIT_CEILING),
-             more=f"at most {API_MAX_WAIT_CEILING:g}, below gunicorn's worker timeout", contract=39),
+             more=f"at most {API_MAX_WAIT_CEILING:g}, below gunicorn's worker timeout", contract=42),
     Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
              "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
-             "`0`: no long-poll", API, _A, kind="integer", bound=at_least_zero("(0: no long-poll)"), contract=40),
+             "`0`: no long-poll", API, _A, kind="integer", bound=at_least_zero("(0: no long-poll)"), contract=43),
+    Variable("CONSOLE_SESSION_KEY", None, "the secret that signs the web console's session cookies: at least "
+             f"{CONSOLE_SESSION_KEY_MIN_CHARS} random characters, `_FILE` for a secret; changing it ends every "
+             "session. Unset: the console is disabled (its pages answer 503 `console.disabled`), the API serves",
+             API, _A, checker=_session_key, secret=True, shown="— (console disabled)",
+             more="every API process must have the same one; with `SKIPLOCK_API_AUTH=disabled` (and in "
+             "`skiplock dev`) a run makes one of its own", contract=44),
     Variable("API_AUTH", "enabled", "`disabled` serves everyone as admin without a token (development only; logs "
              "a warning)", API, _A, type="str", convert=str.lower, choices=("enabled", "disabled"),
              says="enabled or disabled"),

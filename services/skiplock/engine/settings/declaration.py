@@ -83,6 +83,7 @@ class Variable(NamedTuple):
     readme: int = 0           # its row in the README's table; 0: not there
     parsed: bool = True       # read by Settings.from_env(); False: read where it is used
     exact: bool = False       # the error prints the value as read (`30.0`), not shortened (`30`)
+    secret: bool = False      # kept out of the settings' repr (a key, not a credential's hash)
 
     @property
     def field(self) -> str:

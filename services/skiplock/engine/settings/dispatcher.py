@@ -45,7 +45,7 @@ VARIABLES: tuple[Variable, ...] = (
              shown="80, 443 and 1024-65535 except engine/webhooks.py `DENIED_PORTS`",
              more="the default leaves out the ports of databases, caches, queues and control planes "
              "(1433, 1521, 2375-2376, 2379-2380, 3306, 5432, 5672, 5984, 6379, 6443, 8200, 8500, 9200, 9300, "
-             "10250, 10255, 11211, 27017); a list that is set is taken as it is", contract=26),
+             "10250, 10255, 11211, 27017); a list that is set is taken as it is", contract=27),
     Variable("WEBHOOK_CONCURRENCY", 16, "requests in flight per dispatcher", DISPATCHER, _D, kind="integer",
              bound=positive("integer")),
     Variable("WEBHOOK_LEASE_SECONDS", 30.0, "lease of a claimed delivery; must exceed the timeout and the "

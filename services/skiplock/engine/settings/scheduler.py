@@ -16,9 +16,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SCHEDULES_PRUNE", False, "with the file, also delete schedules it does not name", SCHEDULER, _S,
              kind="boolean"),
     Variable("LIMITS_FILE", None, "a limits YAML file applied at start-up (a mounted ConfigMap; "
-             "`skiplock limits apply -f` takes the same file)", SCHEDULER, _S, contract=23),
+             "`skiplock limits apply -f` takes the same file)", SCHEDULER, _S, contract=24),
     Variable("LIMITS_PRUNE", False, "with the file, also delete the limits of kinds it does not name", SCHEDULER,
-             _S, kind="boolean", contract=24),
+             _S, kind="boolean", contract=25),
     Variable("GAUGES_SECONDS", 15.0, "how often the queue gauges are recomputed", SCHEDULER, _S, kind="number",
              bound=positive()),
     Variable("RETENTION_SECONDS", 60.0, "how often retention runs", SCHEDULER, _S, kind="number", bound=positive()),
@@ -30,5 +30,5 @@ VARIABLES: tuple[Variable, ...] = (
              bound=_FOREVER),
     Variable("RETAIN_AUDIT_SECONDS", 90 * 86400.0, "audit log rows are deleted this long after they were written; "
              "`0` keeps them", SCHEDULER, _S, kind="number", bound=_FOREVER, shown="`7776000` (90 days)",
-             contract=25),
+             contract=26),
 )

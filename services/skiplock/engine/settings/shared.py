@@ -53,6 +53,14 @@ def _log_level(variable: Variable, value) -> None:
         raise ConfigError(f"{variable.env}={value!r}: must be a logging level")
 
 
+def check_url(variable: Variable, value) -> None:
+    """A libpq URL that libpq parses, or ConfigError naming the variable and never its value (it may
+    hold the password)."""
+    from ..store.conninfo import check_database_url  # the store imports this package
+
+    check_database_url(variable.env, value)
+
+
 def _lower(value):
     return value.lower()
 
@@ -61,7 +69,7 @@ def _lower(value):
 DATABASE = ("database",)
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("DATABASE_URL", None, "libpq URL", ANY, DATABASE, shown="— (required outside `dev`)",
+    Variable("DATABASE_URL", None, "libpq URL", ANY, DATABASE, checker=check_url, shown="— (required outside `dev`)",
              contract=1, readme=1),
     Variable("DATABASE_POOLER", "none", "what the URL reaches: `none` (Postgres), `session` (a pooler in session "
              "mode) or `transaction` (a pooler in transaction mode: no prepared statements, no session settings, "

@@ -10,7 +10,7 @@ import re
 
 from ..errors import ConfigError
 from .declaration import POD, WORKER, Bound, Variable, at_least_zero, positive
-from .shared import check_name
+from .shared import check_name, check_url
 
 CLAIM_LANES_MAX = 1000
 # Kubernetes object names: a pod's is a DNS subdomain, a namespace's a DNS label
@@ -33,7 +33,7 @@ VARIABLES: tuple[Variable, ...] = (
              "it only polls, every `SKIPLOCK_POLL_SECONDS`", WORKER, _W, kind="boolean", contract=3),
     Variable("LISTEN_DATABASE_URL", None, "libpq URL of the worker's LISTEN connection, where it differs from "
              "`SKIPLOCK_DATABASE_URL` (a direct one, when that URL is a transaction pooler's)", WORKER,
-             _WORKER_AND_API, shown="`SKIPLOCK_DATABASE_URL`", contract=4),
+             _WORKER_AND_API, checker=check_url, shown="`SKIPLOCK_DATABASE_URL`", contract=4),
     Variable("TASKS", (), "comma-separated modules that define task handlers; imported by the worker (and "
              "by the API, which then validates typed payloads), the current directory searched first", WORKER,
              _WORKER_AND_API, kind="names", more="`--tasks` overrides it", contract=5, readme=2),
@@ -68,6 +68,11 @@ VARIABLES: tuple[Variable, ...] = (
              WORKER, _W, kind="integer", bound=Bound(0, f"0-{CLAIM_LANES_MAX} (0: no bound)", high=CLAIM_LANES_MAX),
              more="many worker processes on one queue and a database short of CPU: about its CPU count "
                   "(docs/SCALING.md, many worker processes on one queue)", contract=22),
+    Variable("MAX_CHILDREN_PER_RUN", 10_000, "most tasks one run of a handler may enqueue (`ctx.enqueue`, "
+             "`ctx.enqueue_many`); one more fails the task at once and none of its children is kept", WORKER, _W,
+             kind="integer", bound=Bound(1, ">= 1"),
+             more="they commit with the run's outcome in one transaction, which grows with them: a larger "
+                  "fan-out goes through steps or through children that enqueue the next part", contract=23),
     Variable("STUCK_GRACE_SECONDS", 10.0, "after a kind's `timeout`, how long a handler that ignores "
              "`ctx.cancel_requested` may keep its thread before it is abandoned (and the task retried)", WORKER, _W,
              kind="number"),

@@ -53,3 +53,20 @@ WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
   AND (%(cursor)s::bigint IS NULL OR id < %(cursor)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: queue_kind_new
+-- Of a submission's queues and kinds, those queue_kinds (0015) does not hold: names no task has had.
+SELECT 'queue' AS scope, q.name FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE NOT EXISTS (SELECT FROM skiplock.queue_kinds AS n WHERE n.queue = q.name)
+UNION ALL
+SELECT 'kind', k.name FROM unnest(%(kinds)s::text[]) AS k(name)
+WHERE NOT EXISTS (SELECT FROM skiplock.queue_kinds AS n WHERE n.kind = k.name);
+
+-- name: queue_kind_lock
+-- Held by a submission that brings new names until it commits (its tasks' insert trigger
+-- registers them): the next one counts after that, so two cannot both take the last place. The
+-- count is a statement of its own: a statement's snapshot is taken before it waits for the lock.
+SELECT pg_advisory_xact_lock(hashtext('skiplock.queue_kinds'));
+
+-- name: queue_kind_count
+SELECT count(DISTINCT queue) AS queues, count(DISTINCT kind) AS kinds FROM skiplock.queue_kinds;

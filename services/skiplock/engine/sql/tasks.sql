@@ -54,16 +54,20 @@ FROM STDIN;
 -- worker's outcome write skips the locked row and writes it again), so none ends unseen. Their
 -- states as locked, the newest.
 -- Claims that skipped a queued parent while it was locked here are woken again at the commit.
-WITH watched AS (
+-- A parent already watched is only locked, not written again: a fan-out of n children enqueued
+-- in one transaction (ctx.enqueue) would otherwise leave n versions of the parent's row, each
+-- read by the next lookup of it.
+WITH locked AS MATERIALIZED (
+    SELECT id, state, queue, watched FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE
+), marked AS (
     UPDATE skiplock.tasks AS t
     SET watched = true
-    FROM (SELECT id FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE) AS p
-    WHERE t.id = p.id
-    RETURNING t.id, t.state, t.queue
+    FROM locked AS p
+    WHERE t.id = p.id AND NOT p.watched
 )
-SELECT id, state FROM watched
+SELECT id, state FROM locked
 WHERE (SELECT count(pg_notify(%(channel)s, queue))
-       FROM (SELECT DISTINCT queue FROM watched WHERE state = 'queued') AS q) >= 0;
+       FROM (SELECT DISTINCT queue FROM locked WHERE state = 'queued') AS q) >= 0;
 
 -- name: task_insert_dependent
 -- task_insert for tasks with parents: each with its first state and its counters, decided by the

@@ -298,3 +298,15 @@ class TaskStore:
             since = conn.execute(self.db.sql["task_event_throughput_since"], {"minutes": minutes}).fetchone()[0]
             rows = conn.execute(self.db.sql["task_event_throughput"], {"since": since}).fetchall()
         return since, rows
+
+    # -- the names a submission brings (api/names.py decides how many may exist)
+    def queue_kind_new(self, queues: Sequence[str], kinds: Sequence[str]) -> list[tuple[str, str]]:
+        """[(scope 'queue' or 'kind', name)] of those no task has had."""
+        return self.db.fetch("queue_kind_new", {"queues": list(queues), "kinds": list(kinds)})
+
+    def queue_kind_lock(self) -> None:
+        self.db.fetch("queue_kind_lock", {})
+
+    def queue_kind_count(self) -> tuple[int, int]:
+        """(queues, kinds) that exist."""
+        return tuple(self.db.fetch("queue_kind_count", {})[0])

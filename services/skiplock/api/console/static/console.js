@@ -1,6 +1,8 @@
-// Keeps a page's live part current: every data-refresh seconds, while the tab is visible, the
-// page is fetched again and its #live element replaces the one shown. A page that no longer
-// has one (the session ended: the login form came back) stops refreshing and reloads.
+// Keeps a page's live part current: data-refresh seconds after the last refresh finished, while
+// the tab is visible, the page is fetched again and its #live element replaces the one shown.
+// Never two at once: a slow page (a large overview, a busy database) would otherwise pile up
+// fetches on the server, each as slow as the last. A page that no longer has #live (the session
+// ended: the login form came back) stops refreshing and reloads.
 (function () {
   "use strict";
 
@@ -10,10 +12,17 @@
       return;
     }
     var seconds = Math.max(1, parseInt(live.dataset.refresh, 10) || 5);
-    var timer = null;
+    var stopped = false;
+
+    function next() {
+      if (!stopped) {
+        window.setTimeout(refresh, seconds * 1000);
+      }
+    }
 
     function refresh() {
       if (document.hidden) {
+        next();
         return;
       }
       fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
@@ -23,7 +32,7 @@
         .then(function (text) {
           var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("live");
           if (!fresh) {
-            window.clearInterval(timer);
+            stopped = true;
             window.location.reload();
             return;
           }
@@ -40,10 +49,11 @@
             box.checked = !!ticked[box.value];
           });
         })
-        .catch(function () { /* the next tick tries again */ });
+        .catch(function () { /* the next one tries again */ })
+        .then(next);
     }
 
-    timer = window.setInterval(refresh, seconds * 1000);
+    next();
   }
 
   // A form with data-confirm asks first (a purge cannot be undone).
