@@ -143,3 +143,16 @@ def test_the_chart_sets_only_variables_its_role_reads(role):
     declared = {v.name for v in declared_by(role)}
     assert _chart_env(CHART / role / "deployment.yaml") - declared == set()
     assert _chart_env(CHART / "_helpers.tpl") - set(settings.BY_NAME) == set()
+
+
+def test_a_role_config_built_directly_is_checked_as_settings_are():
+    from skiplock.engine.errors import ConfigError
+    from skiplock.engine.settings import DispatcherSettings, WorkerSettings
+
+    with pytest.raises(ConfigError, match="SKIPLOCK_CONCURRENCY=0: must be a positive integer"):
+        WorkerSettings(concurrency=0)
+    with pytest.raises(ConfigError, match="SKIPLOCK_HEARTBEAT_SECONDS=20: must be > 0 and <= lease/3"):
+        WorkerSettings(heartbeat_seconds=20.0)
+    with pytest.raises(ConfigError, match="SKIPLOCK_WEBHOOK_TIMEOUT_SECONDS=40: must be < SKIPLOCK_WEBHOOK_LEASE"):
+        DispatcherSettings(webhook_timeout_seconds=40.0)
+    assert WorkerSettings() == Settings().worker()

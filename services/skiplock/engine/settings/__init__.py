@@ -12,7 +12,8 @@ From the declarations come:
     then each module's `check_relations` (one variable against another);
   - one frozen config per role (`WorkerSettings`, `SchedulerSettings`, `DispatcherSettings`,
     `ApiSettings`) and `DatabaseSettings`: the fields of the variables whose `roles` name it (every
-    role's holds the database's). A role builds its own from the settings it is given
+    role's holds the database's), checked as Settings checks them. A role builds its own from the
+    settings it is given
     (`WorkerSettings.of(settings)`) and keeps only that, so reading a variable it does not declare
     fails (tests/unit/test_role_settings.py checks each role's code for it);
   - the docs' tables (scripts/gen_docs.py, from VARIABLES).
@@ -43,8 +44,15 @@ VARIABLES: tuple[Variable, ...] = (shared.VARIABLES + worker.VARIABLES + schedul
                                    + dispatcher.VARIABLES + api.VARIABLES)
 register(VARIABLES)
 _PARSED = tuple(v for v in VARIABLES if v.parsed)
-# one variable against another, after each one's own check
-_RELATIONS = (worker.check_relations, dispatcher.check_relations)
+# one variable against another, after each one's own check; by the role whose config holds them all
+_RELATIONS = {"worker": worker.check_relations, "dispatcher": dispatcher.check_relations}
+
+
+def _check(config, variables, relations) -> None:
+    for variable in variables:
+        variable.check(getattr(config, variable.field))
+    for check in relations:
+        check(config)
 
 
 def _fields(variables) -> list:
@@ -54,10 +62,7 @@ def _fields(variables) -> list:
 
 class _SettingsMethods(DatabaseMethods):
     def __post_init__(self) -> None:
-        for variable in _PARSED:
-            variable.check(getattr(self, variable.field))
-        for check in _RELATIONS:
-            check(self)
+        _check(self, _PARSED, _RELATIONS.values())
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -95,6 +100,10 @@ class _RoleMethods(DatabaseMethods):
     """A role's view of the settings: only the variables it declares it reads."""
 
     ROLE = ""
+
+    def __post_init__(self) -> None:
+        # built from checked settings this passes; built directly, it checks what Settings would
+        _check(self, declared_by(self.ROLE), [check for role, check in _RELATIONS.items() if role == self.ROLE])
 
     @classmethod
     def of(cls, settings):
