@@ -17,6 +17,11 @@ From the declarations come:
     (`WorkerSettings.of(settings)`) and keeps only that, so reading a variable it does not declare
     fails (tests/unit/test_role_settings.py checks each role's code for it);
   - the docs' tables (scripts/gen_docs.py, from VARIABLES).
+
+Adding a variable: one `Variable` in the module of the role that reads it (its `roles` name every
+role that does; `contract=N` puts it at row N of docs/CONTRACT.md, the rows after it move down
+one), a relation in that module's `check_relations` if it has one, then `python scripts/gen_docs.py`.
+The fields are generated, so a static type checker does not see them; the tests read them.
 """
 
 from __future__ import annotations
@@ -32,12 +37,12 @@ from .declaration import BY_NAME, GROUPS, PREFIX, ROLES, Bound, EnvReader, Varia
 from .shared import NAME_RE, POOLERS, SCHEMA_RE, DatabaseMethods, check_name, check_pooler
 from .worker import CLAIM_LANES_MAX
 
-__all__ = ["API_MAX_WAIT_CEILING", "API_ROLES", "API_WORKER_TIMEOUT_SECONDS", "ApiToken", "BY_NAME",
-           "CONSOLE_SESSION_KEY_MIN_CHARS",
-           "Bound", "CLAIM_LANES_MAX", "EnvReader", "GROUPS", "NAME_RE", "POOLERS", "PREFIX", "ROLES",
-           "SCHEMA_RE", "Settings", "Variable", "VARIABLES", "check_name", "check_pooler", "declared_default",
-           "parse_api_tokens", "ApiSettings", "DatabaseSettings", "DispatcherSettings", "SchedulerSettings",
-           "WorkerSettings", "ROLE_SETTINGS", "declared_by"]
+__all__ = ["API_MAX_WAIT_CEILING", "API_ROLES", "API_WORKER_TIMEOUT_SECONDS", "ApiSettings", "ApiToken",
+           "BY_NAME", "Bound", "CLAIM_LANES_MAX", "CONSOLE_SESSION_KEY_MIN_CHARS", "DatabaseSettings",
+           "DispatcherSettings", "EnvReader", "GROUPS", "NAME_RE", "POOLERS", "PREFIX", "ROLES",
+           "ROLE_SETTINGS", "SCHEMA_RE", "SchedulerSettings", "Settings", "VARIABLES", "Variable",
+           "WorkerSettings", "check_name", "check_pooler", "declared_by", "declared_default",
+           "parse_api_tokens"]
 
 # every variable; each group's rows in docs/CONFIGURATION.md come in this order
 VARIABLES: tuple[Variable, ...] = (shared.VARIABLES + worker.VARIABLES + scheduler.VARIABLES
