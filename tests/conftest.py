@@ -145,7 +145,7 @@ def db_url(pg_server_url, template_db):
 def store(db_url):
     from skiplock.engine.store import Store
 
-    s = Store(db_url, max_size=20).open(wait=True)
+    s = Store.pooled(db_url, max_size=20).open(wait=True)
     yield s
     s.close()
 

@@ -182,7 +182,7 @@ def main(settings: Settings, demo: bool = True) -> int:
         cleanup.callback(api.stop)
         # ready() asks the worker built below; the server answers nobody before start()
         server = MetricsServer(metrics, settings.metrics_port, lambda: worker.ready(), host="127.0.0.1")
-        store = Store(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev",
+        store = Store.pooled(url, settings.db_schema, min_size=2, max_size=settings.concurrency + 4, name="dev",
                       worker_connections=True).open()
         cleanup.callback(store.close)
         worker = Worker(settings, store, metrics=metrics, stop=stop)

@@ -89,7 +89,7 @@ def claim_rate(dbs: Databases, n: int, queues: list[str], window: int, *, explai
 def explain_claim(url: str, queues: list[str], label: str) -> str:
     """The claim of 100 tasks as the worker's claims connection runs it (its generic plan, after
     psycopg prepared it), EXPLAIN (ANALYZE, BUFFERS), rolled back."""
-    store = Store(url, worker_connections=True).open(wait=True)
+    store = Store.pooled(url, worker_connections=True).open(wait=True)
     try:
         with store.db.connection(pool=store.db.claim_pool) as conn:
             sql = store.db.sql["task_claim"]

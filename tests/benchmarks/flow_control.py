@@ -65,7 +65,7 @@ def seeded(dbs: Databases, n: int, way: str) -> str:
                 conn.execute(SEED, {"kind": kind, "keys": 0, "n": HELD_BACK_PER_KIND})
         conn.execute("VACUUM (ANALYZE) skiplock.tasks")
         conn.execute("VACUUM (ANALYZE) skiplock.task_events")
-    store = Store(url, min_size=1, max_size=1).open(wait=True)
+    store = Store.pooled(url, min_size=1, max_size=1).open(wait=True)
     try:
         if way == "50 limited kinds present":
             apply_limits(store, [Limit.build(kind, concurrency=1, rate="1/m") for kind in LIMITED])

@@ -177,7 +177,7 @@ def held_back(url: str, queue: str, workers: Workers, count: int) -> Iterator[No
     (its listener, claimer and keeper are running), the pause is lifted, which wakes them all
     (pause_clear notifies). So a drain by several processes is timed without their start-up,
     which on a small machine would overlap the first processes' work."""
-    store = Store(url, min_size=1, max_size=1).open(wait=True)
+    store = Store.pooled(url, min_size=1, max_size=1).open(wait=True)
     try:
         store.tasks.pause_set("queue", queue)
         yield

@@ -92,7 +92,7 @@ def main() -> int:
     procs, logs = [], Path(tempfile.mkdtemp())
     try:
         skiplock.migrate(url)
-        store = Store(url).open()
+        store = Store.pooled(url).open()
         try:
             store.webhooks.webhook_endpoint_insert(f"http://127.0.0.1:{receiver.server_port}/hooks",
                                                    ["task.completed"], generate_secret())

@@ -53,3 +53,46 @@ def test_a_venv_from_the_lock_alone_imports_every_role(tmp_path, capsys):
                     cwd=tmp_path, env=env, timeout=60).stdout
     for role in ("worker", "scheduler", "dispatcher", "api", "migrate"):
         assert role in help_text
+
+
+def _lock_checkout(tmp_path: Path) -> Path:
+    """The files scripts/lock reads, copied: a checkout to break without touching this one."""
+    import shutil
+
+    copy = tmp_path / "checkout"
+    (copy / "scripts").mkdir(parents=True)
+    for name in ("pyproject.toml", "uv.lock", "README.md"):
+        shutil.copy2(ROOT / name, copy / name)
+    shutil.copytree(ROOT / "requirements", copy / "requirements")
+    shutil.copy2(ROOT / "scripts" / "lock", copy / "scripts" / "lock")
+    return copy
+
+
+def _lock_check(copy: Path):
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
+    env["UV"] = str(UV)
+    return subprocess.run(["sh", str(copy / "scripts" / "lock"), "check"], cwd=copy, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_lock_check_passes_on_the_checkout_and_fails_in_one_line_when_they_disagree(tmp_path):
+    copy = _lock_checkout(tmp_path)
+    assert _lock_check(copy).returncode == 0, _lock_check(copy).stderr
+
+    pyproject = copy / "pyproject.toml"
+    original, lock = pyproject.read_text(), (copy / "uv.lock").read_bytes()
+    pyproject.write_text(original.replace('"httpx>=0.27",', '"httpx>=0.27",\n    "six>=1.16",', 1))
+    added = _lock_check(copy)
+    assert added.returncode == 1
+    assert added.stderr.splitlines() == ["uv.lock does not match pyproject.toml: run 'make lock' and commit both"]
+    assert (copy / "uv.lock").read_bytes() == lock, "the check rewrote the lock"
+
+    pyproject.write_text(original)
+    image = copy / "requirements" / "image.txt"
+    image.write_text(image.read_text().replace("httpx==", "httpx===", 1))
+    stale = _lock_check(copy)
+    assert stale.returncode == 1
+    assert stale.stderr.splitlines() == [
+        "requirements/image.txt is not what uv.lock gives: run 'make lock' and commit it"]

@@ -77,7 +77,7 @@ def _claim_params(limit: int = LIMIT) -> dict:
 def test_the_custom_plan_reads_the_partial_index(backlog, db):
     """Planned for the call's values on a connection with Postgres's defaults: what a worker
     behind a transaction pooler runs (nothing prepared, no session settings)."""
-    store = Store(backlog, worker_connections=True, pooler="transaction").open(wait=True)
+    store = Store.pooled(backlog, worker_connections=True, pooler="transaction").open(wait=True)
     try:
         with store.db.connection(pool=store.db.claim_pool) as conn:
             assert conn.execute("SELECT current_setting('plan_cache_mode'), "
@@ -103,7 +103,7 @@ def test_the_custom_plan_reads_the_partial_index(backlog, db):
 def test_the_worker_s_generic_plan_reads_the_partial_index(backlog):
     """The worker's claims connection prepares the claim (psycopg, from its sixth use) and plans
     it once, generically (plan_cache_mode = force_generic_plan): the plan that serves every claim."""
-    store = Store(backlog, worker_connections=True).open(wait=True)
+    store = Store.pooled(backlog, worker_connections=True).open(wait=True)
     try:
         for limit in (1, 5, 10, 50, 100, 7, 3, 100):
             assert len(store.tasks.task_claim(QUEUES, limit, "w", 30)) == limit
@@ -121,7 +121,7 @@ def test_postgres_s_own_switch_to_a_generic_plan_keeps_the_partial_index(backlog
     """A connection with Postgres's defaults that prepares the claim: after five custom plans the
     plan cache weighs a generic one, and with plan_cache_mode = force_generic_plan it uses one
     from the start; neither leaves the index."""
-    sql = Store(backlog).db.sql["task_claim"]
+    sql = Store.pooled(backlog).db.sql["task_claim"]
     with psycopg.connect(backlog, autocommit=True, prepare_threshold=0) as conn:
         for _ in range(6):
             assert len(conn.execute(sql, _claim_params()).fetchall()) == LIMIT + 1  # and the summary row

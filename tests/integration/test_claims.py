@@ -17,7 +17,7 @@ from tests.support.plans import explain_prepared
 def test_sixteen_threads_claim_twenty_thousand_tasks_each_exactly_once(db_url, db):
     ids = skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(20_000)])
     assert len(set(ids)) == 20_000
-    store = Store(db_url, min_size=16, max_size=16).open(wait=True)
+    store = Store.pooled(db_url, min_size=16, max_size=16).open(wait=True)
     claimed: list = []
     oversized: list[int] = []
     lock = threading.Lock()
@@ -118,7 +118,7 @@ def test_the_worker_connections_keep_their_index_plans_when_the_table_grows(db_u
     """The worker's claims and outcomes connections plan their statements once (generic plans):
     a plan made while the table held ten rows must still be the index plan at 5,000 rows."""
     skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(10)])
-    store = Store(db_url, worker_connections=True).open(wait=True)
+    store = Store.pooled(db_url, worker_connections=True).open(wait=True)
     try:
         for _ in range(8):  # psycopg prepares a statement on its sixth use
             claimed = store.tasks.task_claim(["default"], 5, "w", 30)
@@ -162,7 +162,7 @@ def test_new_worker_connections_run_their_statement_once_and_change_nothing(db_u
     open (a claim of 0 tasks; the outcome of a task that does not exist), not on the first claim."""
     ids = skiplock.enqueue_many(db_url, "t.noop", [{"i": i} for i in range(3)])
     before = db.execute("SELECT last_value, is_called FROM skiplock.lease_tokens").fetchone()
-    store = Store(db_url, name="warm", worker_connections=True).open(wait=True)
+    store = Store.pooled(db_url, name="warm", worker_connections=True).open(wait=True)
     try:
         last = dict(db.execute("SELECT application_name, query FROM pg_stat_activity "
                                "WHERE datname = current_database() AND application_name LIKE 'skiplock-warm-%'")
@@ -184,7 +184,7 @@ def test_claimed_payloads_come_back_as_they_were_enqueued(db_url, db):
                  "uni": "żółć 漢字 🚀", "n": 10**20, "f": -1.5e-300, "nested": [None, True, {"\\N": []}]},
                 [], {}, "a string", 0, 2.5, True, None, [1, [2, [3, {"k": "v"}]]], "ünïcödé"]
     ids = [skiplock.enqueue(db_url, "t.noop", p) for p in payloads]
-    store = Store(db_url, worker_connections=True).open(wait=True)
+    store = Store.pooled(db_url, worker_connections=True).open(wait=True)
     try:
         claimed = {t.id: t.payload for t in store.tasks.task_claim(["default"], 100, "w", 30)}
     finally:

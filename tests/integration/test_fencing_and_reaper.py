@@ -71,7 +71,7 @@ def test_two_reapers_never_reclaim_the_same_row(store: Store, db_url, db):
     skiplock.enqueue_many(db_url, "t.noop", [{}] * 300)
     store.tasks.task_claim(["default"], 300, "a", 30)
     db.execute("UPDATE skiplock.tasks SET lease_until = now() - interval '1 second'")
-    other = Store(db_url).open(wait=True)
+    other = Store.pooled(db_url).open(wait=True)
     import threading
 
     results: list = []

@@ -216,7 +216,7 @@ def test_the_worker_s_generic_plans_of_the_limited_claim_read_only_indexes(db_ur
     """On the worker's claims connection (generic plans, no sequential scans): the group lock reads
     limit_groups_rotation, the claim reads tasks_parked for tasks and tasks_limited_running for
     live runs, by index alone."""
-    store = Store(db_url, worker_connections=True).open(wait=True)
+    store = Store.pooled(db_url, worker_connections=True).open(wait=True)
     try:
         apply_limits(store, [Limit.build("fc.p", concurrency=2, rate="1000/s")])
         skiplock.enqueue_many(db_url, "fc.p", [{}] * 400, concurrency_keys=[f"k{i % 40}" for i in range(400)])

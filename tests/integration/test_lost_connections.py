@@ -20,7 +20,7 @@ BACKENDS = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database()
 
 @pytest.fixture
 def lost(db_url):
-    store = Store(db_url, min_size=2, max_size=2, name="lost").open(wait=True)
+    store = Store.pooled(db_url, min_size=2, max_size=2, name="lost").open(wait=True)
     yield store
     store.close()
 

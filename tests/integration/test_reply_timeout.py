@@ -16,7 +16,7 @@ SLEEPING = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_datab
 
 
 def test_a_statement_given_up_on_is_cancelled_on_the_server(db_url, db):
-    store = Store(db_url, min_size=1, max_size=1, name="impatient", reply_timeout=0.5).open(wait=True)
+    store = Store.pooled(db_url, min_size=1, max_size=1, name="impatient", reply_timeout=0.5).open(wait=True)
     try:
         with pytest.raises(DatabaseUnavailable, match="did not answer within 0.5 s"):
             with store.connection() as conn:

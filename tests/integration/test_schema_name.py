@@ -25,7 +25,7 @@ def test_a_renamed_schema_enqueues_wakes_claims_and_settles_on_its_own(db_url, d
     assert db.execute("SELECT count(*) FROM skiplock.tasks").fetchone()[0] == 0
     assert db.execute("SELECT type, count(*) FROM jobs.task_events GROUP BY 1").fetchall() == [("queued", 101)]
 
-    store = Store(db_url, "jobs", worker_connections=True).open(wait=True)
+    store = Store.pooled(db_url, "jobs", worker_connections=True).open(wait=True)
     try:
         claimed = store.tasks.task_claim(["a", "b"], 200, "w", 30)
         assert len(claimed) == 101 and {t.id for t in claimed} == {one, *many}

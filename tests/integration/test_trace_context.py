@@ -44,7 +44,7 @@ def test_every_insert_path_stores_the_current_span_as_parent(db_url, db, path):
 
 
 def test_the_claim_hands_the_context_to_the_worker(db_url, db):
-    store = Store(db_url, worker_connections=True).open()
+    store = Store.pooled(db_url, worker_connections=True).open()
     try:
         with TRACER.start_as_current_span("request") as span:
             task_id = skiplock.enqueue(db_url, "t.noop", {})

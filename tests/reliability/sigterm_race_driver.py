@@ -38,7 +38,7 @@ def main() -> int:
     # hand the GIL over more often than the default 5 ms, so that the claim loop is more often
     # interrupted in the middle of a statement (stress, not a change of behaviour)
     sys.setswitchinterval(1e-4)
-    store = Store(url, max_size=6).open(wait=True)
+    store = Store.pooled(url, max_size=6).open(wait=True)
     settings = Settings(database_url=url, concurrency=1, lease_seconds=3, heartbeat_seconds=1,
                         shutdown_grace_seconds=0.1, poll_seconds=1.0, reaper_seconds=60)
     rounds = 0

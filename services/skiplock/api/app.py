@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None, *, pool_size: int = 8) -> Flask
     for name in RESOURCES:
         app.register_blueprint(importlib.import_module(f"{__package__}.{name}").bp)
     # every statement of the API's pool, its reads above all, is cut at the statement timeout (503)
-    store = Store(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
+    store = Store.pooled(url, settings.db_schema, min_size=1, max_size=pool_size, name="api",
                   statement_timeout=settings.api_statement_timeout_seconds, pooler=settings.database_pooler).open()
     metrics = ApiMetrics()
     app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
@@ -84,7 +84,7 @@ def _replica(settings: Settings, primary: Store, pool_size: int, metrics: ApiMet
     seconds, not the pool's 15 s and TCP's timeouts, before the primary serves it."""
     if not settings.read_database_url:
         return None
-    store = Store(settings.read_database_url, settings.db_schema, min_size=1, max_size=pool_size, name="api-read",
+    store = Store.pooled(settings.read_database_url, settings.db_schema, min_size=1, max_size=pool_size, name="api-read",
                   statement_timeout=settings.api_statement_timeout_seconds, pooler=settings.database_pooler,
                   reply_timeout=settings.api_statement_timeout_seconds + 2, borrow_timeout=BORROW_TIMEOUT).open()
     return Replica(primary, store, settings.read_max_lag_seconds, metrics)

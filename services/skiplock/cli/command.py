@@ -29,7 +29,7 @@ def open_store(settings: Settings):
     """The store of one command: one connection, named `cli`; the caller closes it."""
     from ..engine.store import Store
 
-    return Store(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    return Store.pooled(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
 
 
 def output_option() -> argparse.ArgumentParser:

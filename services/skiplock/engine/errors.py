@@ -116,13 +116,6 @@ class DataRefused(DatabaseError):
     code = "database.data_refused"
 
 
-class LeaseLost(SkiplockError):
-    """A fenced write found the claim gone: another worker or a reclaim owns the task now."""
-
-    code = "task.lease_lost"
-    status = 409
-
-
 class WebhookAddressRefused(InvalidInput):
     """A webhook URL resolves to an address deliveries may not reach (SSRF guard)."""
 

@@ -96,7 +96,7 @@ def run_role(settings, name: str, build, *, pool_min: int = 1, pool_max: int = 4
     server = MetricsServer(metrics, settings.metrics_port, ready=lambda: False)
     started = False
     try:
-        store = Store(settings.require_database_url(), settings.db_schema, min_size=pool_min,
+        store = Store.pooled(settings.require_database_url(), settings.db_schema, min_size=pool_min,
                       max_size=pool_max, name=name, worker_connections=worker_connections,
                       pooler=settings.database_pooler,
                       # a role that heard nothing for a whole lease has lost its claims: waiting

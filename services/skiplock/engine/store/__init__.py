@@ -38,22 +38,11 @@ __all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSch
 class Store:
     """Pooled access for the roles. Thread-safe: each call borrows a connection."""
 
-    def __init__(self, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
-                 name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
-                 pooler: str = "none", reply_timeout: float | None = None, borrow_timeout: float = 15.0):
-        """`worker_connections`: give task_claim and task_settle a connection each of their own,
-        on which those statements run with generic plans (see database.Database); `pooler`:
-        SKIPLOCK_DATABASE_POOLER (settings.POOLERS); `reply_timeout`: the longest wait for an
-        answer of Postgres (reply_timeout.AnsweringConnection); `borrow_timeout`: the longest wait
-        for a pooled connection."""
-        self._rooms(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
-                             worker_connections=worker_connections, statement_timeout=statement_timeout,
-                             pooler=pooler, reply_timeout=reply_timeout, borrow_timeout=borrow_timeout))
-
-    def _rooms(self, db: Database) -> None:
+    def __init__(self, db: Database):
+        """The rooms over `db`: a pooled Database (Store.pooled), or a transaction's (transaction())."""
         self.db = db
         self.url, self.schema, self.channel = db.url, db.schema, db.channel
-        self.tasks = TaskStore(db, self._on)
+        self.tasks = TaskStore(db, Store)
         self.schedules = ScheduleStore(db)
         self.webhooks = WebhookStore(db)
         self.audit = AuditStore(db)
@@ -62,10 +51,18 @@ class Store:
         self.replication = ReplicationStore(db)
 
     @classmethod
-    def _on(cls, db: Database) -> "Store":
-        store = object.__new__(cls)
-        store._rooms(db)
-        return store
+    def pooled(cls, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,
+               name: str = "skiplock", worker_connections: bool = False, statement_timeout: float | None = None,
+               pooler: str = "none", reply_timeout: float | None = None, borrow_timeout: float = 15.0) -> "Store":
+        """A store on pools of its own (opened by `open()`). `worker_connections`: give task_claim
+        and task_settle a connection each of their own, on which those statements run with
+        generic plans (see database.Database); `pooler`: SKIPLOCK_DATABASE_POOLER
+        (settings.POOLERS); `reply_timeout`: the longest wait for an answer of Postgres
+        (reply_timeout.AnsweringConnection); `borrow_timeout`: the longest wait for a pooled
+        connection."""
+        return cls(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
+                            worker_connections=worker_connections, statement_timeout=statement_timeout,
+                            pooler=pooler, reply_timeout=reply_timeout, borrow_timeout=borrow_timeout))
 
     def open(self, wait: bool = False) -> "Store":
         self.db.open(wait=wait)
@@ -87,7 +84,7 @@ class Store:
         the block ends (rolls back if it raises). The API commits a change and its audit row
         this way. On a transaction's store, a savepoint of its transaction."""
         with self.db.transaction() as db:
-            yield Store._on(db)
+            yield Store(db)
 
     def ping(self, timeout: float | None = None) -> None:
         with self.connection(timeout) as conn:
