@@ -9,7 +9,7 @@ import pytest
 from skiplock.engine import queries
 from skiplock.engine.model import AuditEntry, ClaimedTask, Task, TaskEvent
 from skiplock.engine.store import Delivery, DeliveryRecord, DueSchedule, ReclaimedTask, WebhookEndpoint, WorkerRecord
-from skiplock.engine.store.connection import row_fields, row_maker
+from skiplock.engine.store.rows import row_fields, row_maker
 from skiplock.engine.store.schedules import ScheduleRow
 
 # statement -> the row type it fills (the store's fetch_as calls)

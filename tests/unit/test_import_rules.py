@@ -26,6 +26,7 @@ RULES = {
     "skiplock.engine": ((*ROLES, "skiplock.cli", "skiplock.dev"), "the engine is below every role"),
     "skiplock.cli": (("flask", "werkzeug"), "a command loads Flask only through the API it starts"),
     "skiplock.api.schema": (("flask", "werkzeug"), "validation the CLI shares"),
+    "skiplock.api.request_body": (("flask", "werkzeug"), "reads a body from any stream, as schema validates"),
     "skiplock.api.render": (("flask", "werkzeug"), "answers the CLI prints"),
     "skiplock.api.listings": (("flask", "werkzeug"), "answers the CLI prints"),
 }

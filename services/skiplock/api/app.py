@@ -32,9 +32,10 @@ from .console import mount_console
 from .app_state import KEY, ApiContext, api
 from .limits import Limits
 from .replica import BORROW_TIMEOUT, Replica
+from .request_body import parse_json, read_body
 from .request_metrics import ApiMetrics
 from .responses import error_response
-from .schema import parse_json, parse_query, read_body, type_name
+from .schema import parse_query, type_name
 
 log = logging.getLogger("skiplock.api")
 

@@ -4,7 +4,7 @@
 `store.limits` and `store.replication` are its rooms, one class per table group, each method named after the named
 statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
 finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
-psycopg errors become skiplock errors (connection.translated_errors). Decisions belong to the
+psycopg errors become skiplock errors (translation.translated_errors). Decisions belong to the
 roles that call it. Creating a Store opens nothing; `open()` starts the pools.
 """
 
@@ -16,13 +16,16 @@ from contextlib import contextmanager
 import psycopg
 
 from .audit import AuditStore
-from .connection import AsyncConnection, Connection, Database, connect, connect_async, translated_errors, wait_unbounded
+from .connection import AsyncConnection, Connection, connect, connect_async
 from .copy import COPY_THRESHOLD
+from .database import Database
 from .limits import LimitRecord, LimitStats, LimitStore
+from .reply_timeout import wait_unbounded
 from .replication import ReplicationStore
 from .schedules import DueSchedule, ScheduleStore
 from .task_inserts import TaskWrite, copy_many, schema_check, task_insert, tasks_write, tasks_write_async
 from .tasks import ReclaimedTask, TaskStore
+from .translation import translated_errors
 from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
 from .workers import WorkerRecord, WorkerStore
 
@@ -53,9 +56,9 @@ class Store:
                pooler: str = "none", reply_timeout: float | None = None, borrow_timeout: float = 15.0) -> "Store":
         """A store on pools of its own (opened by `open()`). `worker_connections`: give task_claim
         and task_settle a connection each of their own, on which those statements run with
-        generic plans (see connection.Database); `pooler`: SKIPLOCK_DATABASE_POOLER
+        generic plans (see database.Database); `pooler`: SKIPLOCK_DATABASE_POOLER
         (settings.POOLERS); `reply_timeout`: the longest wait for an answer of Postgres
-        (connection.AnsweringConnection); `borrow_timeout`: the longest wait for a pooled
+        (reply_timeout.AnsweringConnection); `borrow_timeout`: the longest wait for a pooled
         connection."""
         return cls(Database(url, schema, min_size=min_size, max_size=max_size, name=name,
                             worker_connections=worker_connections, statement_timeout=statement_timeout,

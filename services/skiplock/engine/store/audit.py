@@ -6,7 +6,8 @@ What is audited, and with which outcome, is the API's and the CLI's decision.
 from __future__ import annotations
 
 from ..model import AuditEntry
-from .connection import Database, jsonb
+from .connection import jsonb
+from .database import Database
 
 
 class AuditStore:

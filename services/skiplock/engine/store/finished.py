@@ -16,7 +16,8 @@ from psycopg import sql as pgsql
 from .. import queries
 from ..errors import TaskNotFound, WaitTimeout
 from ..model import FINISHED_STATES, Task
-from .connection import rows_as, translated_errors
+from .rows import rows_as
+from .translation import translated_errors
 
 
 def wait_finished(conn: psycopg.Connection, schema: str, task_id: uuid.UUID, timeout: float,

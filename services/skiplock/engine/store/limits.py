@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..limits import Limit
-from .connection import Database
+from .database import Database
 
 
 class LimitRecord(NamedTuple):

@@ -6,7 +6,7 @@ read (api/replica.py); this module only reads the positions.
 
 from __future__ import annotations
 
-from .connection import Database
+from .database import Database
 
 
 class ReplicationStore:

@@ -17,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from ..errors import ScheduleNotFound
 from ..schedules import Schedule, ScheduleStatus
-from .connection import Database, row_fields
+from .database import Database
+from .rows import row_fields
 
 # A row of schedule_list and schedule_get: a Schedule's fields, then a ScheduleStatus's after
 # its `schedule`. Made from both, so that renaming a field of either shows in the columns test.

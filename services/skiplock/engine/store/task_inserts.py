@@ -25,8 +25,9 @@ import psycopg
 from .. import queries
 from ..errors import InvalidInput, MigrationError, SkiplockError
 from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec, uuid7
-from .connection import jsonb, translated_errors
+from .connection import jsonb
 from .copy import COPY_THRESHOLD, copy_line, copy_pieces, pieces
+from .translation import translated_errors
 
 
 class _RawJson(psycopg.types.json.Jsonb):

@@ -20,8 +20,11 @@ from ..errors import InvalidInput, TaskNotCancellable, TaskNotFound, TaskNotResu
 from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim, ClaimedTask, Parent, Settlement,
                      Task, TaskEvent, TaskSpec, uuid7)
 from .. import queries
-from .connection import Database, jsonb, rows_as, translated_errors
+from .connection import jsonb
+from .database import Database
+from .rows import rows_as
 from .task_inserts import task_insert
+from .translation import translated_errors
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
                         "kind_max_attempts", "traceback")

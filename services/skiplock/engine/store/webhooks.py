@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from ..errors import DatabaseUnavailable, DeliveryNotFound, InvalidInput, WebhookNotFound
 from ..model import uuid7
-from .connection import Database
+from .database import Database
 from .tasks import parse_uuid
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import NamedTuple
 
-from .connection import Database
+from .database import Database
 
 
 class WorkerRecord(NamedTuple):
