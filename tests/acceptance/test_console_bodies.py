@@ -9,6 +9,7 @@ memory grew."""
 from __future__ import annotations
 
 import http.client
+import time
 from pathlib import Path
 
 from tests.acceptance.test_api_load import _tree
@@ -45,7 +46,10 @@ def test_large_and_multipart_posts_are_refused_before_their_body_is_read(process
     port = free_port()
     proc = start_api(processes, db_url, port)
     wait_ready(proc, f"http://127.0.0.1:{port}")
-    workers = _tree(proc.pid)[1:]
+    # the master answers /readyz before it has forked every worker: wait for both
+    deadline = time.monotonic() + ANSWER_DEADLINE_SECONDS
+    while len(workers := _tree(proc.pid)[1:]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(workers) == 2
     # each worker serves one request first, so that its own warm-up is not counted below
     for _ in range(4):
