@@ -42,6 +42,11 @@ CREATE TABLE public.ledger (
     task_id uuid NOT NULL,
     amount integer NOT NULL
 );
+CREATE TABLE public.step_rows (
+    task_id uuid NOT NULL,
+    step integer NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 """
 
 

@@ -211,8 +211,34 @@ class Task:
     concurrency_key: str = ""  # '' = none: the kind's one group without a key (flow control)
     waiting_on: int = 0  # parents not final yet (a 'waiting' task's)
     on_parent_failure: str = "cancel"  # what a failed or cancelled parent does to it (ON_PARENT_FAILURE)
+    # a suspended task's (state 'waiting'; durable execution): sleep | signal | tasks, when it
+    # wakes on its own, the signal that wakes it sooner. NULL for a dependent of depends_on.
+    suspended: str | None = None
+    wake_at: dt.datetime | None = None
+    awaited_signal: str | None = None
     # read with one task (task_get), not in lists: from the event that set last_error
     last_error_traceback: str | None = None
+
+
+class StepRecord(NamedTuple):
+    """One recorded call of a handler (durable execution): a step, or a wait as it began."""
+
+    position: int  # its place in the run, from 1
+    name: str
+    occurrence: int  # 1 for the name's first call in a run, 2 for the next ("email"#2), ...
+    type: str  # step | sleep | signal | tasks
+    result: Any
+    lease_token: int  # the run that recorded it
+    attempt: int
+    recorded_at: dt.datetime
+
+
+class Signal(NamedTuple):
+    """A signal as sent (skiplock.send_signal): the first send of a name wins."""
+
+    name: str
+    payload: Any
+    sent_at: dt.datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +258,9 @@ class Settlement(NamedTuple):
 
     task_id: uuid.UUID
     lease_token: int
-    outcome: str  # completed | failed | retry | step | released
+    # completed | failed | retry | step | released | suspend; step_record: a step's record was
+    # refused by its fence (the claim was lost), and nothing is written
+    outcome: str
     result: Any = None
     error: str | None = None
     delay: float | None = None
@@ -242,6 +270,13 @@ class Settlement(NamedTuple):
     deadline_seconds: float | None = None
     kind_max_attempts: int | None = None
     traceback: str | None = None  # the handler's, bounded (worker/tracebacks.py): kept in the event
+    # a suspension's (outcome 'suspend', durable execution): why, until when, for which signal,
+    # how many awaited tasks are not final, and whether what it waits for is there already
+    suspended: str | None = None
+    wake_at: str | None = None  # ISO 8601, the database's clock
+    awaited_signal: str | None = None
+    waiting_on_add: int | None = None
+    ready: bool | None = None
 
 
 # What task_settle and task_heartbeat answer for a claim whose row another transaction held: they

@@ -26,8 +26,8 @@ RUN_SECONDS = 1.0
 
 
 class Retention:
-    """Deletes finished tasks (with their events) past their state's retention, old schedule
-    decisions, old webhook deliveries and old audit rows, in batches.
+    """Deletes finished tasks (with their events and steps) past their state's retention, old
+    schedule decisions, old webhook deliveries, old signals and old audit rows, in batches.
 
     A run deletes batch after batch, one from each kind of row in turn, until every kind is caught
     up (a batch came back short) or RUN_SECONDS have passed. Then `behind` says whether rows were
@@ -36,9 +36,11 @@ class Retention:
     (20 batches of 500 every minute by default is 167 tasks/s), above which finished tasks piled
     up without bound."""
 
-    def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float], retain_audit_seconds: float = 0.0):
+    def __init__(self, store: Store, metrics: Metrics, retain: dict[str, float], retain_audit_seconds: float = 0.0,
+                 retain_signals_seconds: float = 0.0):
         self.store, self.metrics = store, metrics
         self.retain_audit_seconds = retain_audit_seconds  # 0 keeps them forever
+        self.retain_signals_seconds = retain_signals_seconds
         # a retention of 0 keeps that state forever
         self.retain = {state: seconds for state, seconds in retain.items() if seconds > 0}
         for state in self.retain:  # at 0 until the first deletion, not absent
@@ -62,6 +64,9 @@ class Retention:
             if seconds:
                 kinds.append((f"deliveries_{state}", functools.partial(
                     self.store.webhooks.webhook_delivery_delete_old, state, seconds, limit=BATCH)))
+        if self.retain_signals_seconds > 0:
+            kinds.append(("signals", functools.partial(self.store.steps.signal_delete_old,
+                                                       self.retain_signals_seconds, limit=BATCH)))
         if self.retain_audit_seconds > 0:
             kinds.append(("audit", functools.partial(self.store.audit.audit_delete_old, self.retain_audit_seconds,
                                                      limit=BATCH)))

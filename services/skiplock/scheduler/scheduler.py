@@ -16,6 +16,7 @@ from ..engine.errors import DatabaseUnavailable, MigrationError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.reclaim import Reclaimer
+from ..engine.wake import WAKE_SECONDS, Waker
 from ..engine.retry import failures_after
 from ..engine.settings import SchedulerSettings, Settings
 from ..engine.store import Store
@@ -40,10 +41,12 @@ class Scheduler:
         self.firer = Firer(store, self.metrics, max_payload_bytes=settings.max_payload_bytes)
         retain = {"completed": settings.retain_completed_seconds, "failed": settings.retain_failed_seconds,
                   "cancelled": settings.retain_cancelled_seconds}
-        self.retention = Retention(store, self.metrics, retain, settings.retain_audit_seconds)
+        self.retention = Retention(store, self.metrics, retain, settings.retain_audit_seconds,
+                                   settings.retain_signals_seconds)
         # (name, service, interval); the first run of each is spread so replicas do not align
         self.services = [
             ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reclaim_seconds),
+            ("wake", Waker(store).run_once, WAKE_SECONDS),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
             ("retention", self.retention.run_once, settings.retention_seconds),
             ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reclaim_seconds),

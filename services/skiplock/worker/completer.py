@@ -1,15 +1,13 @@
 """The completer: takes each handler's Settlement and writes outcomes, many per statement.
 
 It owns the outcome queue and the writer thread. Handler threads hand it what they return
-(`accept`); the writer writes what has gathered while the last statement ran (`run_once`), on a
-connection of its own, fenced by each claim's lease token; shutdown writes the rest (`flush`).
-Every outcome goes through one write path (`_write`): a batch the database refuses is written
-again one outcome at a time through it, and one refused alone is recorded as failed. Its one
-variant is a handler's own transaction (`_settle_in_transaction`): the outcome is written on that
-connection and committed with the handler's writes.
-A failed write keeps its outcomes (fenced: writing them late is safe) and is retried with backoff.
-An outcome whose row another transaction held for the moment (BUSY: the settle never waits for a
-row lock) goes back in line and is written again a moment later.
+(`accept`); the writer writes what gathered while the last statement ran (`run_once`), on its
+own connection, fenced by each claim's lease token; shutdown writes the rest (`flush`). Every
+outcome goes through one write path (`_write`): a refused batch is written again one outcome at
+a time, and one refused alone is recorded as failed. Its one variant is a run's own transaction
+(`_settle_in_transaction`: ctx.transaction(), or a suspension's writes), committed with it.
+A failed write keeps its outcomes (fenced: late is safe) and is retried with backoff; one whose
+row was held (BUSY: the settle never waits for a row lock) goes back in line.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ..engine.errors import ConnectionLost, DatabaseUnavailable, DataRefused
+from ..engine.errors import ConnectionLost, DataRefused
 from ..engine.metrics import Metrics
 from ..engine.retry import failures_after
 from ..engine.model import BUSY, Settlement
@@ -30,6 +28,7 @@ from ..engine.store import Store, translated_errors
 from .executor import retry_later, settlement
 from .held_transaction import HeldTransaction
 from .outcome_records import OutcomeRecords
+from .suspension import write_suspension
 from .slots import Run, Slots
 from .store_errors import DB_ERRORS, short
 
@@ -43,9 +42,6 @@ _NOT_STORABLE = "outcome not storable"
 # How long the writer pauses after a write that found rows BUSY, doubling while it keeps finding
 # some: another worker's claim statement holds such a row until it commits.
 _BUSY_PAUSE, _BUSY_PAUSE_MAX = 0.001, 0.1
-# A handler's own transaction (ctx.transaction()) stays open while its outcome is written again:
-# the pauses between its attempts; still BUSY after the last, it is rolled back and retried.
-_HELD_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class Completer:
@@ -75,7 +71,12 @@ class Completer:
             log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": outcome.outcome})
             return
         run.elapsed = elapsed  # observed when its outcome is recorded, many at a time
-        if held is not None:
+        if outcome.outcome == "step_record":  # refused already: nothing to write
+            if held is not None:
+                held.rollback()
+            run.settlement = outcome
+            self._records.record([run], {})
+        elif held is not None or outcome.outcome == "suspend":
             self._settle_in_transaction(run, outcome, held)
         else:
             run.settlement = outcome
@@ -247,17 +248,27 @@ class Completer:
             pass
         return batch
 
-    def _settle_in_transaction(self, run: Run, outcome: Settlement, held: HeldTransaction) -> None:
-        """The handler used ctx.transaction(): write its outcome on that connection, commit both."""
+    def _settle_in_transaction(self, run: Run, outcome: Settlement, held: HeldTransaction | None) -> None:
+        """The handler used ctx.transaction(), or suspended (a wait's writes and its outcome are
+        one transaction, the run's own if it has one): write its outcome there, commit both."""
+        try:
+            held = held or HeldTransaction(self.store)
+        except DB_ERRORS as exc:
+            run.settlement = retry_later(run, f"transaction failed: {short(exc)}")
+            self.submit(run)
+            return
         conn = held.conn
-        if outcome.outcome not in ("completed", "step"):
+        if outcome.outcome not in ("completed", "step", "suspend"):
             held.rollback()  # a failure undoes the handler's writes, then is recorded as usual
             run.settlement = outcome
             self.submit(run)
             return
         try:
             with translated_errors(conn):
-                applied = self._settle_held(run, outcome, conn)
+                if outcome.outcome == "suspend":
+                    outcome = write_suspension(self.store, conn, run.task, run.ctx.suspension, outcome)
+                applied = {} if outcome is None else held.settle(
+                    self.store, outcome, lambda: self._records.count_busy([run]))
                 if applied:
                     conn.commit()
                 else:
@@ -277,15 +288,7 @@ class Completer:
             self.submit(run)
             return
         held.release()
-        run.settlement = outcome
+        run.settlement = outcome if outcome is not None else settlement(run, "step_record")
         self._records.record([run], applied)
-
-    def _settle_held(self, run: Run, outcome: Settlement, conn) -> dict[uuid.UUID, str]:
-        """task_settle on a handler's own transaction, written again while its row is BUSY."""
-        for pause in _HELD_PAUSES:
-            applied = self.store.tasks.task_settle([outcome], conn=conn)
-            if applied.get(outcome.task_id) != BUSY:
-                return applied
-            self._records.count_busy([run])
-            time.sleep(pause)
-        raise DatabaseUnavailable("the task's row stayed held by another transaction")
+        if "queued" in applied.values():
+            self.slots.announce()  # a suspension whose wait was over already

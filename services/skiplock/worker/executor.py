@@ -17,6 +17,7 @@ from ..engine.model import Fail, Retry, Settlement, Step
 from ..engine.payload_types import TypedTaskDef, handler_payload
 from ..engine.retry import retry_delay
 from ..engine.tracing import task_run
+from .durable import ClaimLost, Suspend
 from .slots import Run
 from .tracebacks import bounded_traceback
 
@@ -44,6 +45,8 @@ class Executor:
                 if isinstance(definition, TypedTaskDef):
                     payload = handler_payload(definition, payload)
                 value = definition.fn(run.ctx, payload)
+            except (Suspend, ClaimLost) as exc:
+                return span.settled(_durable_end(run, exc))
             except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
                 return span.settled(self._failure(run, exc), exc, retry_asked=isinstance(exc, Retry))
             finally:
@@ -66,6 +69,8 @@ class Executor:
                 else:
                     value = await definition.fn(run.ctx, payload)
                 return span.settled(self._success(run, value))
+            except (Suspend, ClaimLost) as exc:
+                return span.settled(_durable_end(run, exc))
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 timeout = TimeoutError(f"timed out after {definition.timeout:g}s")
                 return span.settled(self._failure(run, timeout), timeout)
@@ -104,6 +109,15 @@ class Executor:
                                                  "attempt": run.task.attempt, "error": error[:500],
                                                  "traceback": trace})
         return settlement(run, "retry", error=error[:4000], delay=delay, traceback=trace)
+
+
+def _durable_end(run: Run, exc: BaseException) -> Settlement:
+    """A wait that ended the run (the completer writes it with its record), or a record refused
+    by its fence: nothing more is written for this run (counted as a stale write)."""
+    if isinstance(exc, Suspend):
+        return settlement(run, "suspend", suspended=exc.reason)
+    log.warning("stale write rejected: a step's record", extra={"task_id": str(run.task.id), "error": str(exc)})
+    return settlement(run, "step_record")
 
 
 def settlement(run: Run, outcome: str, **fields) -> Settlement:

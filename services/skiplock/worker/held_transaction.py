@@ -9,10 +9,19 @@ stack, wherever the handler's code left off, and never a hand-called `__exit__`.
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 
+from ..engine.errors import DatabaseUnavailable
+from ..engine.model import BUSY, Settlement
 from ..engine.store import wait_unbounded
 from .store_errors import DB_ERRORS, translated
+
+# The transaction stays open while its outcome is written again: the pauses between its attempts;
+# still BUSY after the last, it is rolled back and retried.
+_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class HeldTransaction:
@@ -29,6 +38,16 @@ class HeldTransaction:
             raise
         self.conn = conn  # the store's psycopg connection, which the handler writes on
         self._loan = loan
+
+    def settle(self, store, outcome: Settlement, on_busy: Callable[[], None]) -> dict[uuid.UUID, str]:
+        """task_settle of `outcome` on this transaction, written again while its row is BUSY."""
+        for pause in _PAUSES:
+            applied = store.tasks.task_settle([outcome], conn=self.conn)
+            if applied.get(outcome.task_id) != BUSY:
+                return applied
+            on_busy()
+            time.sleep(pause)
+        raise DatabaseUnavailable("the task's row stayed held by another transaction")
 
     def release(self) -> None:
         """Give the connection back to the pool (after its commit or rollback); a pool that cannot

@@ -4,7 +4,7 @@ On its own thread, a few times a second: it asks handlers past their timeout to 
 abandons sync ones that ignore it; on the heartbeat's period it renews every claim in one
 statement (passing cancellations to handlers and giving up claims found lost), and renews this
 worker's registry row; every SKIPLOCK_REAPER_SECONDS it runs the scheduler's reclaim of expired
-leases, for installations without a scheduler. It never runs on the claim or settle path.
+leases, for installations without a scheduler, and twice a second the wake-up of suspended tasks. It never runs on the claim or settle path.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.reclaim import Reclaimer
+from ..engine.wake import WAKE_SECONDS, Waker
 from ..engine.store import Store
 from .claimer import Claimer
 from .completer import Completer
@@ -40,6 +41,7 @@ class Keeper:
         self.reclaim_seconds, self.stuck_grace_seconds = reclaim_seconds, stuck_grace_seconds
         # the scheduler's reclaim service, run here as a fallback for installations without one
         self._reclaim = Reclaimer(store, metrics, max_reclaims)
+        self._wake = Waker(store)  # suspended tasks whose time came (durable execution)
         self._registering = False  # keep a registry row (run() does; a worker driven by hand does not)
         self.exit_code = 0
         self._stop = threading.Event()
@@ -47,6 +49,7 @@ class Keeper:
         now = time.monotonic()
         self._next_beat = now + heartbeat_seconds
         self._next_reclaim = now + random.uniform(0, reclaim_seconds)  # replicas out of step
+        self._next_wake = now + random.uniform(0, WAKE_SECONDS)
         self._next_registration = now  # at once, then on the heartbeat's period
 
     def start(self) -> threading.Thread:
@@ -77,6 +80,13 @@ class Keeper:
         if now >= self._next_registration and self._registering and self.claimer.db_ok:
             self._next_registration = now + self.heartbeat_seconds
             done["registered"] = int(self.register_once())
+        if now >= self._next_wake and not self.stop.is_set() and self.claimer.db_ok:
+            self._next_wake = now + WAKE_SECONDS
+            try:
+                done["woken"] = self.wake_once()
+            except DB_ERRORS as exc:
+                self._unanswered()
+                log.warning("waking suspended tasks failed", extra={"error": short(exc)})
         if now >= self._next_reclaim and not self.stop.is_set():
             self._next_reclaim = now + self.reclaim_seconds
             try:
@@ -145,6 +155,13 @@ class Keeper:
         if reclaimed:
             self.slots.wake.set()
         return reclaimed
+
+    def wake_once(self) -> int:
+        """Suspended tasks whose time came back to their queues; returns how many."""
+        woken = self._wake.run_once()
+        if woken:
+            self.slots.wake.set()
+        return woken
 
     def time_out_once(self, now: float) -> int:
         """Handlers past their timeout are asked to stop; a sync one that ignores it past the

@@ -81,4 +81,5 @@ class OutcomeRecords:
 def _outcome_label(operation: str, state: str) -> str:
     if state in ("completed", "failed", "cancelled"):
         return state
-    return {"retry": "retried", "step": "checkpoint", "released": "released"}.get(operation, operation)
+    return {"retry": "retried", "step": "checkpoint", "released": "released",
+            "suspend": "suspended"}.get(operation, operation)

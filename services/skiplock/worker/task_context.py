@@ -1,4 +1,5 @@
-"""What a handler sees: `ctx`, its read-only facts about the run, and `ctx.transaction()`.
+"""What a handler sees: `ctx`, its read-only facts about the run, `ctx.transaction()`, and the
+calls of durable execution (`ctx.step` and the waits, worker/durable.py).
 
 A handler's transaction stays open until the handler returns; the worker then writes the task's
 outcome (fenced by the lease token) on the same connection and commits both together. If the fence
@@ -7,12 +8,17 @@ refuses, everything the handler wrote rolls back.
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+import inspect
 import logging
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
 from ..engine.model import ClaimedTask, Parent, TooManyChildren
+from .durable import DurableRun, Suspend, checked_seconds, checked_when, task_ids
 from .held_transaction import HeldTransaction
 
 
@@ -24,7 +30,7 @@ _REGISTERED: set[tuple[str, str, str, str]] = set()
 
 
 class TaskContext:
-    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "_max_children", "_children")
+    __slots__ = ("_task", "_cancel", "_open_tx", "_store", "_max_children", "_children", "_durable")
 
     def __init__(self, task: ClaimedTask, store, max_children: int = 10_000):
         self._task = task
@@ -35,6 +41,7 @@ class TaskContext:
         # and holds their rows' locks meanwhile: SKIPLOCK_MAX_CHILDREN_PER_RUN bounds it
         self._max_children = max_children
         self._children = 0
+        self._durable: DurableRun | None = None  # made at the first durable call
 
     @property
     def log(self) -> logging.Logger:
@@ -83,6 +90,8 @@ class TaskContext:
         # the commit waits for the handler's return value: see Completer._settle_in_transaction
 
     def _held_connection(self):
+        if self._durable is not None and self._durable.in_step:
+            return self._durable.step_connection()  # a step's writes commit with its record
         if self._open_tx is None:
             self._open_tx = HeldTransaction(self._store)
         return self._open_tx.conn
@@ -127,7 +136,141 @@ class TaskContext:
         and last error, as they are now."""
         return self._store.tasks.task_parents(self._task.id, limit)
 
+    # -- durable execution (worker/durable.py); in an async handler each returns an awaitable
+    def step(self, name: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """Run `fn(*args, **kwargs)` once and record its JSON result, fenced by this run's lease,
+        before going on; on a later run of the task the recorded result comes back and `fn` is
+        not called. Children it enqueues (ctx.enqueue) commit with the record."""
+        if _in_event_loop():
+            return self._step_async(name, fn, args, kwargs)
+        run, call, record = self._step_call(self._durable_run(), name)
+        if record is not None:
+            return record.result
+        with run.stepping():
+            return run.finish_step(call, fn(*args, **kwargs))
+
+    @staticmethod
+    def _step_call(run: DurableRun, name: str):
+        """(run, the call, its record or None)."""
+        call = run.next_call(name, "step")
+        return run, call, run.recorded(call)
+
+    async def _step_async(self, name, fn, args, kwargs) -> Any:
+        run, call, record = self._step_call(await asyncio.to_thread(self._durable_run), name)
+        if record is not None:
+            return record.result
+        with run.stepping():
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            return await asyncio.to_thread(run.finish_step, call, value)
+
+    def step_transaction(self, name: str, fn: Callable[..., Any] | None = None, *args, **kwargs) -> Any:
+        """A step whose database writes commit with its record, in one transaction fenced by this
+        run's lease: exactly once, whatever crashes and zombies do.
+
+        `ctx.step_transaction(name, fn, *args)` calls `fn(conn, *args)` and returns its result
+        (recorded; a later run gets it back without calling `fn`). `with ctx.step_transaction(name)
+        as conn:` runs the block; on a later run the block runs again on a transaction that is
+        rolled back, so that its writes still commit once (use the first form when the block's
+        values matter after it)."""
+        if fn is None:
+            return self._step_block(name)
+        if _in_event_loop():
+            return asyncio.to_thread(self._step_transaction, name, fn, args, kwargs)
+        return self._step_transaction(name, fn, args, kwargs)
+
+    def _step_transaction(self, name, fn, args, kwargs) -> Any:
+        run, call, record = self._step_call(self._durable_run(), name)
+        if record is not None:
+            return record.result
+        with run.stepping():
+            return run.finish_step(call, fn(run.step_connection(), *args, **kwargs))
+
+    @contextmanager
+    def _step_block(self, name: str):
+        run, call, record = self._step_call(self._durable_run(), name)
+        if record is not None:
+            with run.stepping():  # its children go in the same transaction, rolled back too
+                try:
+                    yield run.step_connection()
+                finally:
+                    run.end_step_tx(commit=False)
+            return
+        with run.stepping():
+            yield run.step_connection()
+            run.finish_step(call, None)
+
+    def sleep(self, seconds: float):
+        """Suspend the task for `seconds` (durable: it holds no slot, lease or connection meanwhile,
+        and spends no attempt); returns at once on the run after. 0 returns at once."""
+        seconds = checked_seconds("sleep", seconds)
+        return self._wait(lambda run: None if seconds == 0 else run.sleep(None, seconds))
+
+    def sleep_until(self, when: dt.datetime):
+        """Suspend the task until `when` (an aware datetime, the database's clock)."""
+        when = checked_when(when)
+        return self._wait(lambda run: run.sleep(when, None))
+
+    def wait_for_signal(self, name: str, timeout: float | None = None):
+        """The payload of the signal `name` (skiplock.send_signal), suspending the task until it
+        is sent; None once `timeout` seconds (from the first call) passed without it."""
+        if timeout is not None:
+            timeout = checked_seconds("wait_for_signal timeout", timeout)
+        return self._wait(lambda run: run.wait_for_signal(name, timeout))
+
+    def wait_for_tasks(self, ids):
+        """The outcomes of tasks `ids` (as ctx.parents() gives them, in id order), suspending the
+        task until every one is final."""
+        ids = task_ids(ids)
+        if not ids:
+            return self._wait(lambda run: [])
+        return self._wait(lambda run: run.wait_for_tasks(ids, self._outcomes))
+
+    def _outcomes(self, ids: list[uuid.UUID]) -> list[Parent]:
+        # on the run's own transaction when it has one: children it enqueued there are not
+        # committed yet, and are awaited all the same
+        conn = self._open_tx.conn if self._open_tx is not None else None
+        return self._store.tasks.task_outcomes(ids, conn=conn)
+
+    def _wait(self, wait: Callable[[DurableRun], Any]):
+        if _in_event_loop():
+            return self._wait_async(wait)
+        return self._suspending(wait, self._durable_run())
+
+    async def _wait_async(self, wait):
+        run = await asyncio.to_thread(self._durable_run)
+        return await asyncio.to_thread(self._suspending, wait, run)
+
+    @staticmethod
+    def _suspending(wait, run: DurableRun):
+        try:
+            return wait(run)
+        except Suspend as suspend:
+            run.suspension = suspend
+            raise
+
+    def _durable_run(self) -> DurableRun:
+        if self._durable is None:
+            from ..enqueueing import _max_payload
+            self._durable = DurableRun(self._task, self._store, _max_payload())
+        return self._durable
+
+    @property
+    def suspension(self) -> Suspend | None:
+        """The wait that ended this run (the completer writes it), or None."""
+        return self._durable.suspension if self._durable is not None else None
+
     def take_transaction(self) -> HeldTransaction | None:
         """The handler's open transaction, now the caller's to end, or None."""
         held, self._open_tx = self._open_tx, None
         return held
+
+
+def _in_event_loop() -> bool:
+    """True on the event loop's thread (an async handler): the durable calls return awaitables."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

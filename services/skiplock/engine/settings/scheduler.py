@@ -31,4 +31,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("RETAIN_AUDIT_SECONDS", 90 * 86400.0, "audit log rows are deleted this long after they were written; "
              "`0` keeps them", SCHEDULER, _S, kind="number", bound=_FOREVER, shown="`7776000` (90 days)",
              contract=26),
+    Variable("RETAIN_SIGNALS_SECONDS", 7 * 86400.0, "signals (`skiplock.send_signal`) are deleted this long after "
+             "they were sent; a wait that begins later no longer finds one; `0` keeps them", SCHEDULER, _S,
+             kind="number", bound=_FOREVER, shown="`604800` (7 days)", contract=45),
 )

@@ -104,6 +104,10 @@ WHERE d.task_id = %(id)s
 ORDER BY d.parent_id
 LIMIT %(limit)s;
 
+-- name: task_outcomes
+-- The tasks of `ids` as ctx.parents() shows a parent (ctx.wait_for_tasks), in id order.
+SELECT id, kind, state, result, last_error FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id;
+
 -- name: task_children
 -- The tasks that depend on a task, in id order, bounded.
 SELECT d.task_id
@@ -424,11 +428,14 @@ UNION ALL
 SELECT id, 'busy' FROM busy;
 
 -- name: _settle_ctes
--- Ends (or checkpoints, or gives back) claims, many per round trip. outcome is one of
--- completed | failed | retry | step | released. The new state is decided under the row lock:
+-- Ends (or checkpoints, or gives back, or suspends) claims, many per round trip. outcome is one of
+-- completed | failed | retry | step | released | suspend. The new state is decided under the row lock:
 --   a completion stands (its work is done); otherwise a cancel request wins ('cancelled');
 --   a failure stands; a retry past
---   max_attempts (the task's, else its kind's) or the total deadline fails; the rest go back to 'queued' after `delay`.
+--   max_attempts (the task's, else its kind's) or the total deadline fails; a suspension (durable
+--   execution, migration 0020) waits ('waiting'), or is queued at once when what it waits for is
+--   there already (`ready`, or its signal was sent); the rest go back to 'queued' after `delay`.
+--   A suspension gives its attempt back, as a release does: waiting is not failing.
 settle_input AS (
     -- one JSON array of {id, token, outcome, ...}: one parameter, encoded in C, instead of
     -- eleven arrays adapted element by element
@@ -436,7 +443,8 @@ settle_input AS (
     FROM jsonb_to_recordset(%(settlements)s::jsonb)
         AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
              progress real, message text, deadline_seconds float8, kind_max_attempts integer,
-             traceback text)
+             traceback text, suspended text, wake_at timestamptz, awaited_signal text,
+             waiting_on_add integer, ready boolean)
 ), decided AS MATERIALIZED (
     -- each claim found by one primary-key probe and locked, in id order. SKIP LOCKED: a row that
     -- another transaction holds is not waited for, but reported busy (below) and written again by
@@ -446,6 +454,7 @@ settle_input AS (
     -- so that the claims the probe skipped stay in this one materialized set (held is false)
     -- for busy, instead of a second set and an anti-join on every settle.
     SELECT i.id, i.token, i.outcome, i.result, i.error, i.delay, i.cursor, i.progress, i.message, i.traceback,
+           i.suspended, i.wake_at, i.awaited_signal, i.waiting_on_add,
            t.state IS NOT NULL AS held, t.state, t.lease_token, t.attempts AS attempt,
            CASE
                WHEN i.outcome = 'completed' THEN 'completed'
@@ -457,6 +466,9 @@ settle_input AS (
                      OR now() + i.delay * interval '1 second'
                             > least(t.deadline, t.created_at + i.deadline_seconds * interval '1 second'))
                    THEN 'failed'
+               WHEN i.outcome = 'suspend' AND NOT i.ready
+                    AND NOT EXISTS (SELECT FROM skiplock.signals AS s WHERE s.name = i.awaited_signal)
+                   THEN 'waiting'
                ELSE 'queued'
            END AS new_state
     FROM (SELECT * FROM settle_input ORDER BY id) AS i
@@ -482,6 +494,8 @@ settle_input AS (
     UPDATE skiplock.tasks AS t
     SET state = d.new_state,
         attempts = CASE
+                       WHEN d.outcome = 'suspend' AND d.new_state IN ('queued', 'waiting')
+                           THEN greatest(t.attempts - 1, 0)
                        WHEN d.new_state <> 'queued' THEN t.attempts
                        WHEN d.outcome = 'step' THEN 0          -- a saved step is progress, not failure
                        WHEN d.outcome = 'released' THEN greatest(t.attempts - 1, 0)
@@ -497,6 +511,13 @@ settle_input AS (
                         WHEN d.new_state = 'completed' THEN 1
                         ELSE t.progress END,
         message = coalesce(d.message, t.message),
+        suspended = CASE WHEN d.new_state = 'waiting' THEN d.suspended END,
+        wake_at = CASE WHEN d.new_state = 'waiting' THEN d.wake_at END,
+        awaited_signal = CASE WHEN d.new_state = 'waiting' THEN d.awaited_signal END,
+        -- a wait for tasks counts them as parents (the dependency trigger queues it after the
+        -- last), and never cancels for a failed one: the handler reads their outcomes
+        waiting_on = t.waiting_on + coalesce(d.waiting_on_add, 0),
+        on_parent_failure = CASE WHEN d.waiting_on_add IS NOT NULL THEN 'run' ELSE t.on_parent_failure END,
         lease_owner = NULL,
         lease_until = NULL,
         -- back in tasks_claimable if queued again: the next claim parks it under the limit then
@@ -510,11 +531,12 @@ settle_input AS (
     -- (outside the probe, so that the only index the probe can use is the primary key).
     WHERE t.id = d.id AND d.lease_token = d.token AND d.state IN ('running', 'cancelling')
     RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay,
-              d.traceback
+              d.traceback, d.suspended, d.wake_at, d.awaited_signal
 ), settle_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data)
     SELECT id, event_seq,
-           CASE WHEN state <> 'queued' THEN state
+           CASE WHEN outcome = 'suspend' AND state IN ('queued', 'waiting') THEN 'suspended'
+                WHEN state <> 'queued' THEN state
                 WHEN outcome = 'retry' THEN 'retrying'
                 WHEN outcome = 'step' THEN 'checkpoint'
                 ELSE 'released' END,
@@ -522,7 +544,9 @@ settle_input AS (
            CASE WHEN error IS NULL AND outcome = 'completed' THEN NULL
                 ELSE jsonb_strip_nulls(jsonb_build_object(
                          'outcome', outcome, 'error', error, 'traceback', traceback,
-                         'delay', CASE WHEN state = 'queued' THEN delay END)) END
+                         'delay', CASE WHEN state = 'queued' THEN delay END,
+                         'suspended', suspended, 'wake_at', wake_at, 'signal', awaited_signal,
+                         'waiting', CASE WHEN outcome = 'suspend' THEN state = 'waiting' END)) END
     FROM settled
 )
 
@@ -711,7 +735,7 @@ RETURNING t.id
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
-       waiting_on, on_parent_failure, e.traceback AS last_error_traceback
+       waiting_on, on_parent_failure, suspended, wake_at, awaited_signal, e.traceback AS last_error_traceback
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
     SELECT data ->> 'traceback' AS traceback

@@ -1,7 +1,7 @@
 """The one package that talks to Postgres at run time (migrations and the listener aside).
 
 `Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit`, `store.workers`,
-`store.limits` and `store.replication` are its rooms, one class per table group, each method named after the named
+`store.limits`, `store.replication` and `store.steps` are its rooms, one class per table group, each method named after the named
 statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
 finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
 psycopg errors become skiplock errors (translation.translated_errors). Decisions belong to the
@@ -23,6 +23,7 @@ from .limits import LimitRecord, LimitStats, LimitStore
 from .reply_timeout import wait_unbounded
 from .replication import ReplicationStore
 from .schedules import DueSchedule, ScheduleStore
+from .steps import StepStore
 from .task_inserts import TaskWrite, copy_many, schema_check, task_insert, tasks_write, tasks_write_async
 from .tasks import ReclaimedTask, TaskStore
 from .translation import translated_errors
@@ -49,6 +50,7 @@ class Store:
         self.workers = WorkerStore(db)
         self.limits = LimitStore(db)
         self.replication = ReplicationStore(db)
+        self.steps = StepStore(db)
 
     @classmethod
     def pooled(cls, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,

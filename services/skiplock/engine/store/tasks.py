@@ -27,7 +27,8 @@ from .task_inserts import task_insert
 from .translation import translated_errors
 
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
-                        "kind_max_attempts", "traceback")
+                        "kind_max_attempts", "traceback", "suspended", "wake_at", "awaited_signal",
+                        "waiting_on_add", "ready")
 assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # settle_params reads them by position
 _NO_OPTIONALS = (None,) * len(_SETTLEMENT_OPTIONAL)
 
@@ -201,6 +202,24 @@ class TaskStore:
     def task_parents(self, task_id: uuid.UUID, limit: int = 1000) -> list[Parent]:
         """The task's parents with their state, result and last error (ctx.parents())."""
         return [Parent(*row) for row in self.db.fetch("task_parents", {"id": task_id, "limit": limit})]
+
+    def task_outcomes(self, ids: Sequence[uuid.UUID], conn: psycopg.Connection | None = None) -> list[Parent]:
+        """The tasks of `ids` as parents (ctx.wait_for_tasks), on `conn` if given (a run's own
+        transaction sees the children it has not committed)."""
+        params = {"ids": list(ids)}
+        if conn is None:
+            rows = self.db.fetch("task_outcomes", params)
+        else:
+            with translated_errors(conn):
+                rows = conn.execute(self.db.sql["task_outcomes"], params).fetchall()
+        return [Parent(*row) for row in rows]
+
+    def task_awaited_watch(self, conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+        """task_parents_watch for tasks a run awaits (ctx.wait_for_tasks), on its transaction:
+        [(id, state)] of those that exist, locked to its commit."""
+        with translated_errors(conn):
+            return conn.execute(self.db.sql["task_parents_watch"],
+                                {"ids": list(ids), "channel": self.db.channel}).fetchall()
 
     def task_relatives(self, task_id: uuid.UUID | str, limit: int = 100) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
         """(parent ids, child ids) of a task, at most `limit` of each, in id order."""

@@ -1,0 +1,93 @@
+"""Durable execution's tables (task_steps, signals) and the suspended tasks' wake-up: one method
+per statement of engine/sql/steps.sql, named after it.
+
+The writes a run makes in its own transaction (a step_transaction, a suspension) take that
+connection; the rest borrow one. Which call of a handler a record answers, and what a mismatch
+means, is the worker's decision (worker/durable.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..model import Signal, StepRecord
+from .connection import jsonb
+from .database import Database
+
+
+class StepStore:
+    """Queries of task_steps and signals, and the wake-up of suspended tasks."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        # the advisory lock's first key: signals of this schema only
+        self.namespace = f"skiplock.signals {db.schema}"
+
+    # -- a run's records
+    def task_steps_read(self, task_id: uuid.UUID) -> tuple[list[StepRecord], dt.datetime | None]:
+        """A task's records in call order, and the database's clock (None when it has none)."""
+        with self.db.connection() as conn:
+            rows = conn.execute(self.db.sql["task_steps_read"], {"task_id": task_id}).fetchall()
+        return [StepRecord(*row[:8]) for row in rows], (rows[0][8] if rows else None)
+
+    def task_step_record(self, conn: psycopg.Connection | None, task_id: uuid.UUID, token: int, attempt: int,
+                         position: int, name: str, occurrence: int, type_: str, result: Any) -> bool:
+        """Write one record, fenced by `token`, on `conn` (in its transaction) or on a pooled
+        connection (committed). False: nothing written (refused, or already there)."""
+        params = dict(task_id=task_id, token=token, attempt=attempt, position=position, name=name,
+                      occurrence=occurrence, type=type_, result=jsonb(result))
+        return bool(self._on(conn, "task_step_record", params))
+
+    def task_step_resolve(self, conn: psycopg.Connection | None, task_id: uuid.UUID, token: int,
+                          position: int, result: Any) -> bool:
+        params = dict(task_id=task_id, token=token, position=position, result=jsonb(result))
+        return bool(self._on(conn, "task_step_resolve", params))
+
+    def task_step_time(self, conn: psycopg.Connection, seconds: float) -> dt.datetime:
+        return conn.execute(self.db.sql["task_step_time"], {"seconds": seconds}).fetchone()[0]
+
+    def task_awaited_insert(self, conn: psycopg.Connection, task_id: uuid.UUID,
+                            parent_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        rows = conn.execute(self.db.sql["task_awaited_insert"],
+                            {"task_id": task_id, "parent_ids": list(parent_ids)}).fetchall()
+        return {row[0] for row in rows}
+
+    def task_steps_list(self, task_id: uuid.UUID, after: int = 0, limit: int = 100) -> list[StepRecord]:
+        return self.db.fetch_as("task_steps_list", dict(task_id=task_id, after=after, limit=limit), StepRecord)
+
+    def _on(self, conn: psycopg.Connection | None, name: str, params: dict) -> list[tuple]:
+        if conn is None:
+            return self.db.fetch(name, params)
+        return conn.execute(self.db.sql[name], params).fetchall()
+
+    # -- the wake-up
+    def task_wake_due(self, limit: int = 1000) -> int:
+        """Queue suspended tasks whose time came; returns how many."""
+        return self.db.fetch("task_wake_due", {"limit": limit, "channel": self.db.channel})[0][0]
+
+    def task_next_wake(self) -> dt.datetime | None:
+        return self.db.fetch("task_next_wake", {})[0][0]
+
+    # -- signals
+    def signal_try_lock(self, conn: psycopg.Connection, name: str) -> bool:
+        """In a suspension's transaction: True when no send of `name` is in flight (held shared
+        to the commit, so that a later send waits for it)."""
+        return conn.execute(self.db.sql["signal_try_lock"], {"namespace": self.namespace, "name": name}).fetchone()[0]
+
+    def signal_get(self, name: str) -> Signal | None:
+        rows = self.db.fetch_as("signal_get", {"name": name}, Signal)
+        return rows[0] if rows else None
+
+    def signal_list(self, prefix: str | None = None, limit: int = 100,
+                    before: tuple[dt.datetime, str] | None = None) -> list[Signal]:
+        before_at, before_name = before if before else (None, None)
+        return self.db.fetch_as("signal_list", dict(prefix=prefix, limit=limit, before_at=before_at,
+                                                    before_name=before_name), Signal)
+
+    def signal_delete_old(self, older_than: float, limit: int = 500) -> int:
+        return len(self.db.fetch("signal_delete_old", {"older_than": older_than, "limit": limit}))
