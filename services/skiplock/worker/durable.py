@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -60,8 +61,9 @@ def _refuse(exc: InvalidInput) -> Fail:
 
 
 class DurableRun:
-    def __init__(self, task: ClaimedTask, store, max_bytes: int):
+    def __init__(self, task: ClaimedTask, store, max_bytes: int, run_tx_open: Callable[[], bool]):
         self.task, self.store, self.max_bytes = task, store, max_bytes
+        self.run_tx_open = run_tx_open  # the run's own transaction (ctx.transaction()) is open
         records, self.db_now = store.steps.task_steps_read(task.id)
         self.records: dict[int, StepRecord] = {r.position: r for r in records}
         self.position = 0
@@ -107,8 +109,12 @@ class DurableRun:
     # -- writes
     def write(self, call: Call, result: Any, conn=None) -> None:
         """Record `call` fenced, on `conn` (in its transaction, not committed here) or on its own."""
-        written = self.store.steps.task_step_record(conn, self.task.id, self.task.lease_token, self.task.attempt,
-                                                    call.position, call.name, call.occurrence, call.type, result)
+        task, steps = self.task, self.store.steps
+        args = (task.id, task.lease_token, task.attempt, call.position, call.name, call.occurrence, call.type, result)
+        if conn is None and self.run_tx_open():
+            written = steps.task_step_record_guarded(*args)
+        else:
+            written = steps.task_step_record(conn, *args)
         if not written:
             raise ClaimLost(f"{call.label}: the record was refused, the claim was lost")
         self.records[call.position] = StepRecord(call.position, call.name, call.occurrence, call.type, result,
