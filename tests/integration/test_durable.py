@@ -232,3 +232,12 @@ def test_a_step_behind_the_runs_own_lock_on_its_row_fails_in_seconds_not_never(w
     error = row(db, task_id)[3]
     assert "stayed locked for 5 s while a step was recorded" in error and "inside the step" in error
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 't.noop'") == 0  # rolled back
+
+
+def test_a_wait_for_other_tasks_than_recorded_fails_instead_of_waiting_forever(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.children_outside_a_step", {})
+    assert drive(worker, store, db, [task_id]) == {task_id: "failed"}
+    error = row(db, task_id)[3]
+    assert "wait_for_tasks at position 1 waits for other tasks than this task recorded" in error
+    # the first run's two children ran; the failed run's own two rolled back with it
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 2

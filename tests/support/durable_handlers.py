@@ -136,3 +136,10 @@ def self_child(ctx, payload):
     transaction, which then holds the task's row), then a step."""
     ctx.enqueue("t.noop", {}, depends_on=[ctx.task_id])
     return {"step": ctx.step("after", lambda: 1)}
+
+
+@task("d.children_outside_a_step")
+def children_outside_a_step(ctx, payload):
+    """Enqueues its children outside a step: each run makes new ones."""
+    ids = [ctx.enqueue("d.child", {"i": i}) for i in range(2)]
+    return {"n": len(ctx.wait_for_tasks(ids))}
