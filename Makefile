@@ -16,6 +16,12 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 # the machine's Python, never one uv would download
 export UV_PYTHON_DOWNLOADS := never
 SYNC := $(UV) sync --frozen --quiet --group tools --group build
+# Django 6's task framework (skiplock.contrib.django) needs Python >= 3.12, and .venv is the
+# machine's python3 (3.11 here): tests/django run in a venv of their own, the same test set from
+# the same lock on pyenv's 3.12 (or PYTHON312=/path/to/python3.12)
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
+DJANGO_VENV := .venv-django
+DJANGO_STAMP := $(DJANGO_VENV)/.installed-test
 
 .PHONY: dev test check bench tools clean lock lock-check
 
@@ -43,15 +49,22 @@ $(BENCH_STAMP): pyproject.toml uv.lock | lock-check
 	$(SYNC) --extra dev --extra test --extra bench
 	touch $@ $(DEV_STAMP) $(TEST_STAMP)
 
+$(DJANGO_STAMP): pyproject.toml uv.lock | lock-check
+	@test -n "$(PYTHON312)" || { echo "tests/django need Python 3.12 for Django 6: install it (pyenv install 3.12) or set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	UV_PROJECT_ENVIRONMENT=$(abspath $(DJANGO_VENV)) $(SYNC) --python $(PYTHON312) --extra dev --extra test
+	touch $@
+
 ## dev: embedded Postgres (unless SKIPLOCK_DATABASE_URL is set), migrations, worker, demo workload
 dev: lock-check $(DEV_STAMP)
 	$(VENV)/bin/skiplock dev
 
 ## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py), on
-## several cores (pytest-xdist: -n and --dist in pyproject.toml's addopts), slowest tests listed
-test: lock-check $(TEST_STAMP) tools
+## several cores (pytest-xdist: -n and --dist in pyproject.toml's addopts), slowest tests listed;
+## then tests/django (Django 6's task framework) on Python 3.12, in .venv-django
+test: lock-check $(TEST_STAMP) $(DJANGO_STAMP) tools
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
+	$(DJANGO_VENV)/bin/python -m pytest tests/django
 
 ## check: the inner loop, a few minutes on 2 cores: unit, chart render and integration tests (no apt tools)
 check: lock-check $(TEST_STAMP)
@@ -89,4 +102,4 @@ docs: lock-check $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .skiplock .pytest_cache site
+	rm -rf $(VENV) $(DJANGO_VENV) .skiplock .pytest_cache site

@@ -14,6 +14,8 @@ def add_parsers(sub) -> None:
     w.add_argument("--queues", help="comma-separated queues (SKIPLOCK_QUEUES)")
     w.add_argument("--concurrency", type=int, help="tasks run at once (SKIPLOCK_CONCURRENCY)")
     w.add_argument("--tasks", help="comma-separated handler modules (SKIPLOCK_TASKS)")
+    w.add_argument("--django", metavar="SETTINGS",
+                   help="run Django's tasks (django.tasks): set up Django with this settings module first")
     w.set_defaults(run=run_worker)
 
     sub.add_parser("scheduler", help="fire due schedules, reclaim expired leases, export queue gauges"
@@ -36,7 +38,7 @@ def run_worker(args) -> int:
 
     settings = Settings.from_env(queues=_names(args.queues), concurrency=args.concurrency,
                                  tasks=_names(args.tasks))
-    return worker.main(settings)
+    return worker.main(settings, django_settings=args.django)
 
 
 def run_scheduler(args) -> int:

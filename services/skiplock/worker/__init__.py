@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 
-def main(settings) -> int:
-    """Entry: settings -> logging -> metrics -> store -> worker -> run. Returns the exit code."""
+def main(settings, django_settings: str | None = None, django: bool = False) -> int:
+    """Entry: settings -> logging -> metrics -> store -> worker -> run. Returns the exit code.
+
+    django_settings (`--django SETTINGS`), or django=True (`manage.py skiplock_worker`, whose
+    DJANGO_SETTINGS_MODULE is set): Django is set up first, and its tasks registered
+    (skiplock.contrib.django.worker)."""
     from ..engine import logs
     from ..engine.errors import ConfigError
     from ..engine.registry import REGISTRY, import_task_modules
@@ -14,6 +18,10 @@ def main(settings) -> int:
 
     settings = WorkerSettings.of(settings)  # the worker's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
+    if django_settings is not None or django:
+        from ..contrib.django.worker import setup
+
+        settings = setup(django_settings, settings)
     url = settings.require_database_url()
     WorkerConfig.from_settings(settings)  # a refused combination of settings fails before connecting
     from ..engine import migrate
