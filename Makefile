@@ -19,7 +19,7 @@ SYNC := $(UV) sync --frozen --quiet --group tools --group build
 # Django 6's task framework (skiplock.contrib.django) needs Python >= 3.12, and .venv is the
 # machine's python3 (3.11 here): tests/django run in a venv of their own, the same test set from
 # the same lock on pyenv's 3.12 (or PYTHON312=/path/to/python3.12)
-PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3) $(shell command -v python3.12))
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3 $(shell pyenv root 2>/dev/null)/versions/3.12*/bin/python3) $(shell command -v python3.12))
 DJANGO_VENV := .venv-django
 DJANGO_STAMP := $(DJANGO_VENV)/.installed-test
 

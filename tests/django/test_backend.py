@@ -85,6 +85,7 @@ def test_get_result_reads_what_the_row_says(shop):
 
     result = charge.using(priority=7).enqueue(1, 10)
     read = charge.get_result(result.id)
+    assert read == result  # enqueue returns the row as stored (Django's own test_get_result asks this)
     assert (read.id, read.status, read.args, read.kwargs, read.backend, read.errors, read.worker_ids) == (
         result.id, TaskResultStatus.READY, [1, 10], {}, "default", [], [])
     assert read.task.func is charge.func and read.task.priority == 7

@@ -1,4 +1,4 @@
-"""The wheel carries its migrations and the web console's pages and assets: built from the source,
+"""The wheel carries its migrations, the web console's pages and assets, and the Django backend: built from the source,
 installed into a fresh venv that cannot see the repository, its `skiplock migrate` applies every
 migration from a directory outside it."""
 
@@ -30,6 +30,9 @@ def test_an_installed_wheel_migrates_a_database_from_outside_the_repository(db_u
     with zipfile.ZipFile(wheel) as archive:
         assert {f"skiplock/api/console/{a}" for a in assets} <= set(archive.namelist()), "console pages and assets"
     assert "static/console.js" in assets and "templates/base.html" in assets
+    with zipfile.ZipFile(wheel) as archive:  # Django's task backend and its management command (tests/django)
+        assert {"skiplock/contrib/django/backend.py",
+                "skiplock/contrib/django/management/commands/skiplock_worker.py"} <= set(archive.namelist())
 
     bin_dir = install(wheel, tmp_path / "venv", cache)
     outside = tmp_path / "elsewhere"

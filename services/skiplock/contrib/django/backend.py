@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 import django
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
 try:
@@ -33,7 +34,7 @@ except ImportError:  # Django < 6 has no task framework
     raise ImproperlyConfigured(f"skiplock.contrib.django needs Django 6 or newer (django.tasks); this is "
                                f"Django {django.get_version()}") from None
 from django.db import connections
-from django.tasks.base import Task, TaskResult, TaskResultStatus
+from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -148,21 +149,21 @@ class SkiplockBackend(BaseTaskBackend):
                     max_attempts=self.run_options(task).max_attempts, schema=self.schema,
                     **dict(getattr(task, "enqueue_options", ())))
 
-    def _enqueued(self, task, arguments: dict, task_id: uuid.UUID) -> TaskResult:
-        result = TaskResult(task=task, id=str(task_id), status=TaskResultStatus.READY, enqueued_at=timezone.now(),
-                            started_at=None, finished_at=None, last_attempted_at=None,
-                            args=arguments["payload"]["args"], kwargs=arguments["payload"]["kwargs"],
-                            backend=self.alias, errors=[], worker_ids=[])
+    def _enqueued(self, found) -> TaskResult:
+        result = results.task_result(self, *found)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def enqueue(self, task, args, kwargs):
+        """The task written, and read back on the same connection: the result is what get_result
+        reads (the database's enqueued_at; an idempotency key's existing task as it is)."""
         arguments = self._enqueue_arguments(task, args, kwargs)
-        if self.database_url is not None:
-            task_id = skiplock.enqueue(self.database_url, **arguments)
-        else:
-            task_id = skiplock.enqueue(self._django_connection(), **arguments)
-        return self._enqueued(task, arguments, task_id)
+        if self.database_url is None:
+            conn = self._django_connection()
+            return self._enqueued(task_with_events(conn, self.schema, skiplock.enqueue(conn, **arguments)))
+        # autocommit: the insert commits as the statement it is, before the read
+        with store_mod.connect(self.database_url, autocommit=True) as conn:
+            return self._enqueued(task_with_events(conn, self.schema, skiplock.enqueue(conn, **arguments)))
 
     async def aenqueue(self, task, args, kwargs):
         if self.database_alias is not None:
@@ -170,8 +171,10 @@ class SkiplockBackend(BaseTaskBackend):
             # holds the async code's connection and transaction
             return await super().aenqueue(task, args, kwargs)
         arguments = self._enqueue_arguments(task, args, kwargs)
-        task_id = await skiplock.enqueue_async(self.database_url, **arguments)
-        return self._enqueued(task, arguments, task_id)
+        async with await store_mod.connect_async(self.database_url, autocommit=True) as conn:
+            task_id = await skiplock.enqueue_async(conn, **arguments)
+            found = await task_with_events_async(conn, self.schema, task_id)
+        return await sync_to_async(self._enqueued)(found)  # task_enqueued's receivers may be sync code
 
     def _django_connection(self):
         connection = connections[self.database_alias]
