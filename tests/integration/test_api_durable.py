@@ -16,8 +16,8 @@ from tests.support.suspended import suspend_one_of_each
 SIGNALS = "SELECT count(*) FROM skiplock.signals"
 
 
-def test_a_waiting_task_says_what_it_waits_for_in_its_view_and_in_lists(api, worker, db_url):
-    ids = suspend_one_of_each(worker, db_url)
+def test_a_waiting_task_says_what_it_waits_for_in_its_view_and_in_lists(api, worker, db_url, db):
+    ids = suspend_one_of_each(worker, db_url, db)
     shown = {reason: api.get(f"/v1/tasks/{task_id}", role="reader").get_json() for reason, task_id in ids.items()}
     assert {reason: t["state"] for reason, t in shown.items()} == dict.fromkeys(ids, "waiting")
     sleep = shown["sleep"]["waiting_for"]
@@ -34,7 +34,7 @@ def test_a_waiting_task_says_what_it_waits_for_in_its_view_and_in_lists(api, wor
 
 
 def test_the_step_log_in_call_order_with_its_run_and_whole_results_paged(api, worker, db_url, db):
-    ids = suspend_one_of_each(worker, db_url)
+    ids = suspend_one_of_each(worker, db_url, db)
     page = api.get(f"/v1/tasks/{ids['sleep']}/steps", role="reader")
     assert page.status_code == 200, page.get_json()
     steps, next_after = page.get_json()["steps"], page.get_json()["next_after"]
@@ -61,7 +61,7 @@ def test_the_step_log_in_call_order_with_its_run_and_whole_results_paged(api, wo
 
 
 def test_a_signal_sent_over_http_wakes_its_waiter_once_and_is_audited(api, worker, db_url, db, store):
-    ids = suspend_one_of_each(worker, db_url)
+    ids = suspend_one_of_each(worker, db_url, db)
     sent = api.post("/v1/signals", json={"name": "order-1.confirmed", "payload": {"by": "warehouse"}},
                     role="submitter")
     assert (sent.status_code, sent.get_json()) == (201, {"name": "order-1.confirmed", "created": True, "woken": 1})

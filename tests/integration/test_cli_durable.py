@@ -20,7 +20,7 @@ SIGNALS = "SELECT count(*) FROM skiplock.signals"
 
 
 def test_tasks_steps_prints_the_log_and_tasks_list_the_reasons(run, worker, db_url, db):
-    ids = suspend_one_of_each(worker, db_url)
+    ids = suspend_one_of_each(worker, db_url, db)
     code, out, err = run("tasks", "steps", ids["sleep"])
     assert (code, err) == (0, "")
     header, first, second = [line.split() for line in out.splitlines()]
@@ -43,7 +43,7 @@ def test_tasks_steps_prints_the_log_and_tasks_list_the_reasons(run, worker, db_u
 
 
 def test_signals_send_wakes_its_waiter_once_is_audited_and_listed(run, worker, db_url, db):
-    ids = suspend_one_of_each(worker, db_url)
+    ids = suspend_one_of_each(worker, db_url, db)
     assert run("signals", "send", "order-1.confirmed", "--payload", '{"by": "warehouse"}') == \
         (0, "sent: order-1.confirmed (woken 1)\n", "")
     assert db.execute("SELECT state FROM skiplock.tasks WHERE id = %s", (ids["signal"],)).fetchone() == ("queued",)
