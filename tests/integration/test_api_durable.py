@@ -76,6 +76,7 @@ def test_a_signal_sent_over_http_wakes_its_waiter_once_and_is_audited(api, worke
         ("completed", {"got": {"by": "warehouse"}})
     # a payload may be any JSON, or left out (null)
     assert api.post("/v1/signals", json={"name": "bare"}).status_code == 201
+    assert api.post("/v1/signals", json={"name": "null", "payload": None}).status_code == 201
     assert api.post("/v1/signals", json={"name": "listed", "payload": [1, 2]}).status_code == 201
     # a reader may list, not send
     assert error_of(api.post("/v1/signals", json={"name": "x"}, role="reader"))[:2] == (403, "auth.forbidden")

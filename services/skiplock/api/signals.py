@@ -39,7 +39,7 @@ class SignalName(String):
 SEND = Object({
     "name": SignalName(f"1-{MAX_NAME} characters; the tasks in ctx.wait_for_signal(name) wake."),
     "payload": JsonValue("What their wait returns: any JSON, at most SKIPLOCK_MAX_PAYLOAD_BYTES as compact JSON, "
-                         "else 413.", default=None),
+                         "else 413.", nullable=True, default=None),
 }, "A signal.", required=("name",))
 SENT = Object({
     "name": String(),
