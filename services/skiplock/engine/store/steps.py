@@ -90,9 +90,6 @@ class StepStore:
         """Queue suspended tasks whose time came; returns how many."""
         return self.db.fetch("task_wake_due", {"limit": limit, "channel": self.db.channel})[0][0]
 
-    def task_next_wake(self) -> dt.datetime | None:
-        return self.db.fetch("task_next_wake", {})[0][0]
-
     # -- signals
     def signal_try_lock(self, conn: psycopg.Connection, name: str) -> bool:
         """In a suspension's transaction: True when no send of `name` is in flight (held shared
