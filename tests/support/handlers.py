@@ -18,6 +18,11 @@ _local = threading.local()
 
 def _conn() -> psycopg.Connection:
     conn = getattr(_local, "conn", None)
+    url = os.environ["SKIPLOCK_DATABASE_URL"]
+    if conn is not None and getattr(_local, "url", None) != url:  # an in-process test's own database
+        conn.close()
+        conn = None
+    _local.url = url
     if conn is None or conn.closed:
         # behind a transaction pooler a handler's own connection must not prepare either
         never_prepare = os.environ.get("SKIPLOCK_DATABASE_POOLER") == "transaction"
