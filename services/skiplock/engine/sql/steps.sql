@@ -95,10 +95,6 @@ WITH due AS MATERIALIZED (
 )
 SELECT count(*) FROM woken WHERE (SELECT count(*) FROM wake) >= 0;
 
--- name: task_next_wake
--- The earliest time a suspended task wakes on its own, NULL if none does.
-SELECT min(wake_at) FROM skiplock.tasks WHERE state = 'waiting' AND wake_at IS NOT NULL;
-
 -- name: signal_lock
 -- The first statement of a send, in the sender's transaction: its isolation (a send needs READ
 -- COMMITTED: the wake-up below must see suspensions committed while it waited for this lock),
