@@ -172,3 +172,19 @@ def test_on_a_database_of_its_own_enqueue_commits_at_once_whatever_the_block_doe
             return await stock_report.aget_result(queued.id)
 
         assert asyncio.run(natively_async()).args == ["gadget"]
+
+
+def test_a_worker_takes_the_backends_database_when_the_environment_names_none(shop, django_project, own_database):
+    """What `skiplock worker --django` connects to without SKIPLOCK_DATABASE_URL or SKIPLOCK_DB_SCHEMA:
+    the Django database the backend names, or its DATABASE_URL and SCHEMA."""
+    from skiplock.contrib.django.worker import setup
+    from skiplock.engine.settings import Settings
+
+    derived = setup(None, Settings.from_env({}))
+    expected = psycopg.conninfo.conninfo_to_dict(django_project)
+    assert {k: v for k, v in psycopg.conninfo.conninfo_to_dict(derived.database_url).items() if k in expected} == expected
+    assert derived.db_schema == "skiplock"
+    with override_settings(TASKS={"default": {"BACKEND": "skiplock.contrib.django.SkiplockBackend",
+                                              "OPTIONS": {"DATABASE_URL": own_database, "SCHEMA": "elsewhere"}}}):
+        derived = setup(None, Settings.from_env({}))
+    assert (derived.database_url, derived.db_schema) == (own_database, "elsewhere")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-def main(settings, django_settings: str | None = None, django: bool = False) -> int:
+def main(settings, django_settings: str | None = None, with_django: bool = False) -> int:
     """Entry: settings -> logging -> metrics -> store -> worker -> run. Returns the exit code.
 
-    django_settings (`--django SETTINGS`), or django=True (`manage.py skiplock_worker`, whose
+    django_settings (`--django SETTINGS`), or with_django=True (`manage.py skiplock_worker`, whose
     DJANGO_SETTINGS_MODULE is set): Django is set up first, and its tasks registered
     (skiplock.contrib.django.worker)."""
     from ..engine import logs
@@ -18,7 +18,7 @@ def main(settings, django_settings: str | None = None, django: bool = False) -> 
 
     settings = WorkerSettings.of(settings)  # the worker's variables, and no other
     logs.setup(settings.log_format, settings.log_level)
-    if django_settings is not None or django:
+    if django_settings is not None or with_django:
         from ..contrib.django.worker import setup
 
         settings = setup(django_settings, settings)

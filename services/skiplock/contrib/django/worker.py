@@ -65,12 +65,10 @@ def _skiplock_backend():
 def _conninfo(alias: str) -> str:
     """A libpq key=value string for the Django database `alias`, from Django's own connection
     parameters (its OPTIONS included), keeping only what libpq knows."""
-    import psycopg
     from django.db import connections
+
+    from skiplock.engine.store.conninfo import libpq_conninfo
 
     if alias not in connections.settings:
         raise ConfigError(f"TASKS OPTIONS DATABASE {alias!r}: not in DATABASES")
-    known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
-    params = connections[alias].get_connection_params()
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items()
-                                              if k in known and v not in (None, "")})
+    return libpq_conninfo(connections[alias].get_connection_params())

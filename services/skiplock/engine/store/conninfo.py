@@ -34,3 +34,10 @@ def check_database_url(variable: str, value: str | None) -> str | None:
         raise ConfigError(f"{variable}: not a valid libpq URL or key=value string ({_without_fragments(str(exc))}); "
                           "the value is not shown, since it may hold a password") from None
     return value
+
+
+def libpq_conninfo(params: dict) -> str:
+    """A key=value string of the libpq parameters among `params` (a driver's connect() keywords,
+    such as Django's connection parameters): other keys, and empty values, are left out."""
+    known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+    return _conninfo.make_conninfo(**{k: v for k, v in params.items() if k in known and v not in (None, "")})

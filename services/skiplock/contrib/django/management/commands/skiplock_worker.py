@@ -22,7 +22,7 @@ class Command(BaseCommand):
         try:
             settings = Settings.from_env(queues=_names(options["queues"]), concurrency=options["concurrency"],
                                          tasks=_names(options["tasks"]))
-            code = worker.main(settings, django=True)
+            code = worker.main(settings, with_django=True)
         except SkiplockError as exc:
             self.stderr.write(f"skiplock_worker: {' '.join(str(exc).split())}")  # one line, as `skiplock worker` says it
             raise SystemExit(1) from None
