@@ -220,3 +220,24 @@ def test_a_signal_send_in_a_repeatable_read_transaction_is_refused(db_url):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         with pytest.raises(skiplock.engine.errors.InvalidInput, match="READ COMMITTED"):
             skiplock.send_signal(conn, "x", {})
+
+
+def test_a_step_behind_the_runs_own_lock_on_its_row_fails_in_seconds_not_never(worker, store, db, db_url):
+    """A child depending on the running task, enqueued outside a step, holds the task's row in the
+    run's own transaction until the run ends; the step's record would wait for it forever."""
+    task_id = skiplock.enqueue(db_url, "d.self_child", {})
+    start = time.monotonic()
+    assert drive(worker, store, db, [task_id], timeout=30) == {task_id: "failed"}
+    assert time.monotonic() - start < 15
+    error = row(db, task_id)[3]
+    assert "stayed locked for 5 s while a step was recorded" in error and "inside the step" in error
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 't.noop'") == 0  # rolled back
+
+
+def test_a_wait_for_other_tasks_than_recorded_fails_instead_of_waiting_forever(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.children_outside_a_step", {})
+    assert drive(worker, store, db, [task_id]) == {task_id: "failed"}
+    error = row(db, task_id)[3]
+    assert "wait_for_tasks at position 1 waits for other tasks than this task recorded" in error
+    # the first run's two children ran; the failed run's own two rolled back with it
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 2

@@ -128,3 +128,18 @@ def spawn_then_fail(ctx, payload):
             raise RuntimeError("after the enqueue")
         return child_id
     return {"child": ctx.step("spawn", spawn)}
+
+
+@task("d.self_child", max_attempts=1)
+def self_child(ctx, payload):
+    """A child that depends on the running task, enqueued outside a step (in the run's own
+    transaction, which then holds the task's row), then a step."""
+    ctx.enqueue("t.noop", {}, depends_on=[ctx.task_id])
+    return {"step": ctx.step("after", lambda: 1)}
+
+
+@task("d.children_outside_a_step")
+def children_outside_a_step(ctx, payload):
+    """Enqueues its children outside a step: each run makes new ones."""
+    ids = [ctx.enqueue("d.child", {"i": i}) for i in range(2)]
+    return {"n": len(ctx.wait_for_tasks(ids))}

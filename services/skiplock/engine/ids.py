@@ -1,5 +1,5 @@
-"""Ids the application makes: UUIDv7 (time-ordered, so new tasks sort after old ones in every
-index), and TaskId, the id enqueue returns, which says whether the enqueue made the task."""
+"""The app-generated task ids: UUIDv7 (RFC 9562), in creation order within a process; and TaskId,
+the id an enqueue returns, which says whether that enqueue made the task."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The vocabulary of skiplock: task states, claimed tasks, handler outcomes, task definitions and
-tasks to enqueue (validated, payload encoded); the app-generated UUIDv7 ids are ids.py's. Pure
-data: no I/O here.
+"""The vocabulary of skiplock: task states (engine/states.py's), claimed tasks, handler outcomes,
+task definitions, tasks to enqueue (validated, payload encoded); the app-generated UUIDv7 ids are
+engine/ids.py's. Pure data: no I/O here.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 from .errors import InvalidInput, PayloadTooLarge
 from .enqueue_options import Debounce, Unique, check_options
-from .ids import TaskId, uuid7  # noqa: F401 (the vocabulary names them)
+from .ids import uuid7  # noqa: F401 - model.uuid7 is what the rest of the code imports
 from .states import (CANCELLED, CANCELLING, COMPLETED, FAILED, FINISHED_STATES, QUEUED, RUNNING,  # noqa: F401
-                     STATES, WAITING)
+                     STATES, WAITING)  # model's names, as the rest of the code imports them
 from .settings import check_name
 from .tracing import current_carrier
 

@@ -15,9 +15,15 @@ from typing import Any
 
 import psycopg
 
+from ..errors import DatabaseUnavailable
 from ..model import Signal, StepRecord
 from .connection import jsonb
 from .database import Database
+from .signal_sends import Sent, signal_send
+
+
+class StepRowLocked(DatabaseUnavailable):
+    """A step's record waited too long for its task's row."""
 
 
 class StepStore:
@@ -42,6 +48,21 @@ class StepStore:
         params = dict(task_id=task_id, token=token, attempt=attempt, position=position, name=name,
                       occurrence=occurrence, type=type_, result=jsonb(result))
         return bool(self._on(conn, "task_step_record", params))
+
+    def task_step_record_guarded(self, task_id: uuid.UUID, token: int, attempt: int, position: int, name: str,
+                                 occurrence: int, type_: str, result: Any) -> bool:
+        """task_step_record in a transaction of its own that waits at most 5 s for the task's
+        row (engine/sql/steps.sql, task_step_lock_timeout says why); StepRowLocked past that."""
+        with self.db.connection() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(self.db.sql["task_step_lock_timeout"])
+                    return self.task_step_record(conn, task_id, token, attempt, position, name, occurrence,
+                                                 type_, result)
+            except psycopg.errors.LockNotAvailable:
+                raise StepRowLocked("the task's row stayed locked for 5 s while a step was recorded: this run's own "
+                                    "transaction holds it if it enqueued a child that depends on the running task "
+                                    "outside a step (enqueue it inside the step)") from None
 
     def task_step_resolve(self, conn: psycopg.Connection | None, task_id: uuid.UUID, token: int,
                           position: int, result: Any) -> bool:
@@ -70,14 +91,18 @@ class StepStore:
         """Queue suspended tasks whose time came; returns how many."""
         return self.db.fetch("task_wake_due", {"limit": limit, "channel": self.db.channel})[0][0]
 
-    def task_next_wake(self) -> dt.datetime | None:
-        return self.db.fetch("task_next_wake", {})[0][0]
-
     # -- signals
     def signal_try_lock(self, conn: psycopg.Connection, name: str) -> bool:
         """In a suspension's transaction: True when no send of `name` is in flight (held shared
         to the commit, so that a later send waits for it)."""
         return conn.execute(self.db.sql["signal_try_lock"], {"namespace": self.namespace, "name": name}).fetchone()[0]
+
+    def signal_send(self, name: str, payload: Any) -> Sent:
+        """skiplock.send_signal's write (`name` and `payload` checked already), on this store's
+        connection: on a transaction's store, in that transaction (the API commits it with its
+        audit row)."""
+        with self.db.connection() as conn:
+            return signal_send(conn, name, payload, self.db.schema)
 
     def signal_get(self, name: str) -> Signal | None:
         rows = self.db.fetch_as("signal_get", {"name": name}, Signal)
