@@ -17,7 +17,7 @@ import skiplock
 from skiplock import Unique
 from skiplock.engine.errors import InvalidInput, TaskNotResumable
 from skiplock.engine.metrics import enqueue_duplicates
-from skiplock.engine.task_actions import resume_task
+from skiplock.engine.task_actions import TaskFilter, bulk, resume_task
 from tests.integration.test_api import make_api, api  # noqa: F401 - fixtures
 from tests.support.harness import sample, samples_of
 
@@ -161,6 +161,11 @@ def test_a_failed_task_is_not_resumed_while_another_holds_its_key(db_url, db, st
     assert holder.created
     with pytest.raises(TaskNotResumable, match="another task holds its unique key"):
         resume_task(store, old, actor="test")
+    # a bulk retry leaves it alone, and retries the others
+    other = skiplock.enqueue(db_url, "t.other", {})
+    db.execute("UPDATE skiplock.tasks SET state = 'failed', finished_at = now() WHERE id = %s", (other,))
+    assert bulk(store, "retry", TaskFilter(state="failed"), actor="test", limit=10) == 1
+    assert count(db, "SELECT count(*) FROM skiplock.tasks WHERE state = 'failed'") == 1
     db.execute("UPDATE skiplock.tasks SET state = 'completed', finished_at = now() WHERE id = %s", (holder,))
     assert resume_task(store, old, actor="test") == "queued"
 

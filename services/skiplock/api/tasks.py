@@ -87,7 +87,8 @@ BATCH = Object({"tasks": Array(Object({**_task_fields(), "idempotency_key": IDEM
                                min_items=1, max_items=BATCH_MAX_TASKS)},
                f"Up to {BATCH_MAX_TASKS} tasks, enqueued together (all or none).", required=("tasks",))
 BATCH_RESULT = Object({
-    "tasks": Array(Object({"id": Uuid(), "created": Boolean("false: an idempotency key's replay.")},
+    "tasks": Array(Object({"id": Uuid(), "created": Boolean("false: an idempotency key's replay, a unique "
+                                                            "duplicate or a debounce merge.")},
                           required=("id", "created")), "One per submitted task, in order."),
     "created": Integer("How many tasks are new."),
 }, required=("tasks", "created"))
@@ -182,7 +183,9 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
            body=SUBMIT, headers={"Idempotency-Key": IDEMPOTENCY_KEY},
            max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", bounded=True,
            responses={201: ("Enqueued.", TASK),
-                      200: ("Replay: this Idempotency-Key and body created this task before.", TASK)},
+                      200: ("Nothing new: a replay (this Idempotency-Key and body created this task before), a "
+                            "`unique` duplicate (the task that holds the key) or a `debounce` merge (the task "
+                            "that waits, with this payload).", TASK)},
            errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameBoundReached))
 def submit_task():
     spec, fingerprint, deadline = _spec(g.body, g.headers["Idempotency-Key"], api().settings.max_payload_bytes, "")

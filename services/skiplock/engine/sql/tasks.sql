@@ -711,7 +711,7 @@ SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
 -- One batch of a bulk retry (the single task's resume): up to `limit` failed or cancelled tasks
 -- of the filter, oldest first. SKIP LOCKED: a row retention is deleting now is left alone.
 WITH targets AS MATERIALIZED (
-    SELECT id FROM skiplock.tasks
+    SELECT id FROM skiplock.tasks AS t
     WHERE state IN ('failed', 'cancelled') AND {{_task_filter}} AND {{_task_unique_free}}
     ORDER BY id
     LIMIT %(limit)s
