@@ -135,7 +135,7 @@ def test_a_parent_awaits_its_children_and_sees_their_outcomes(worker, store, db,
     states = drive(worker, store, db, [parent])
     assert states == {parent: "completed"}
     assert row(db, parent)[2] == {"states": ["completed"] * 4 + ["failed"], "n": 5}
-    assert effects(db, parent) == ["resumed"]  # resumed once, after the last child
+    assert effects(db, parent) == ["spawn", "resumed"]  # spawned once, resumed once after the last child
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 5
 
 
@@ -158,3 +158,19 @@ def test_a_changed_handler_fails_with_one_line_and_keeps_its_records(worker, sto
     recorded = db.execute("SELECT position, name, type FROM skiplock.task_steps WHERE task_id = %s ORDER BY position",
                           (task_id,)).fetchall()
     assert recorded == [(1, "a", "step"), (2, "b", "step"), (3, "sleep", "sleep")]
+
+
+def test_a_step_record_refused_after_a_heartbeat_found_the_claim_lost_is_counted(worker, store, db, db_url):
+    # the zombie of tests/reliability/test_durable_faults.py: woken inside a step, its keeper's
+    # heartbeat finds the claim gone first, then the step's record meets the fence
+    task_id = skiplock.enqueue(db_url, "d.rows", {"steps": 2})
+    assert worker.claimer.run_once().claimed == 1
+    (run,) = worker.slots.held()
+    db.execute("UPDATE skiplock.tasks SET lease_token = lease_token + 1 WHERE id = %s", (task_id,))
+    assert worker.keeper.heartbeat_once() == 0
+    assert worker.slots.in_flight() == 0  # given up: its outcome is to be dropped
+    worker.completer.accept(run, Executor((), 1.0).run(run))
+    rejected = worker.metrics.stale_writes_rejected
+    assert (rejected.labels("heartbeat")._value.get(), rejected.labels("step_record")._value.get()) == (1, 1)
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_steps") == 0
+    assert scalar(db, "SELECT count(*) FROM public.step_rows") == 0  # the step's row rolled back with it
