@@ -321,8 +321,8 @@ def test_one_send_wakes_a_hundred_waiters_and_the_latency_is_reported(db_url, db
 def test_a_parent_awaiting_50_children_resumes_once_after_the_last_while_workers_are_killed(db_url, db, processes):
     rng = random.Random(36)
     workers = Workers(processes, db_url, db, 3, ENV, HANDLERS)
-    parent = skiplock.enqueue(db_url, "d.parent", {"children": 50, "child_sleep": 0.6, "spawn_sleep": 1.0,
-                                                   "linger": 1.0})
+    parent = skiplock.enqueue(db_url, "d.parent", {"children": 50, "child_sleep": 0.6, "spawn_sleep": 3,
+                                                   "linger": 3})
 
     def notes(note):
         return scalar(db, "SELECT count(*) FROM public.executions WHERE task_id = %s AND note = %s", (parent, note))

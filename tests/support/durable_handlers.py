@@ -80,11 +80,18 @@ def signal_waiter(ctx, payload):
     return {"got": got}
 
 
+def _first_call(ctx, note: str) -> bool:
+    """Records a call noted `note`; True if it is the task's first."""
+    record(ctx, note)
+    return _conn().execute("SELECT count(*) FROM public.executions WHERE task_id = %s AND note = %s",
+                           (ctx.task_id, note)).fetchone()[0] == 1
+
+
 def _spawn(ctx, payload):
-    record(ctx, "spawn")
+    first = _first_call(ctx, "spawn")
     ids = [ctx.enqueue("d.child", {"i": i, "fail": i in payload.get("fail", []), "sleep": payload.get("child_sleep")})
            for i in range(payload.get("children", 3))]
-    if payload.get("spawn_sleep"):
+    if first and payload.get("spawn_sleep"):
         time.sleep(payload["spawn_sleep"])  # a kill here: neither the record nor the children commit
     return ids
 
@@ -92,11 +99,11 @@ def _spawn(ctx, payload):
 @task("d.parent")
 def parent(ctx, payload):
     """Spawns payload["children"] d.child in a step and waits for them; records 'resumed' once
-    they are all final, then lingers payload["linger"] seconds before returning."""
+    they are all final. The first spawn and the first resumed run then linger payload["spawn_sleep"]
+    and payload["linger"] seconds (a test kills them there)."""
     ids = ctx.step("spawn", _spawn, ctx, payload)
     outcomes = ctx.wait_for_tasks(ids)
-    record(ctx, "resumed")
-    if payload.get("linger"):
+    if _first_call(ctx, "resumed") and payload.get("linger"):
         time.sleep(payload["linger"])
     return {"states": sorted(o.state for o in outcomes), "n": len(outcomes)}
 
@@ -143,9 +150,7 @@ def _finished(ctx) -> bool:
 def _charge(conn, ctx, hold):
     """The zombie's step: one row on the step's transaction; on its first call it then holds
     until the task is final (another worker finished it) or `hold` seconds passed."""
-    first = _conn().execute("SELECT count(*) FROM public.executions WHERE task_id = %s AND note = 'charge'",
-                            (ctx.task_id,)).fetchone()[0] == 0
-    record(ctx, "charge")
+    first = _first_call(ctx, "charge")
     conn.execute("INSERT INTO public.step_rows (task_id, step) VALUES (%s, 0)", (ctx.task_id,))
     end = time.monotonic() + hold
     while first and time.monotonic() < end and not _finished(ctx):
