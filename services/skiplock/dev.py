@@ -28,7 +28,7 @@ from .engine.settings import Settings
 
 log = logging.getLogger("skiplock.dev")
 
-DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky")
+DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky", "demo.order")
 
 
 def embedded_postgres(data_dir: Path) -> str:
@@ -49,6 +49,7 @@ def enqueue_demo(url: str, schema: str) -> int:
     ids += [enqueue(url, "demo.report", {"pages": 5}, schema=schema) for _ in range(3)]
     ids += enqueue_many(url, "demo.flaky", [{}] * 10, schema=schema)
     ids.append(enqueue(url, "demo.hello", {"name": "later"}, delay=10, schema=schema))
+    ids += [enqueue(url, "demo.order", {"order": n}, schema=schema) for n in (1, 2)]
     return len(ids)
 
 

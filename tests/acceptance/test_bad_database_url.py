@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from tests.support import harness
@@ -60,3 +61,25 @@ def test_a_malformed_second_url_is_one_line_without_its_password(variable, args,
     for url in MALFORMED.values():
         done = run(args, SKIPLOCK_DATABASE_URL=db_url, **{variable: url})
         assert_one_line_without_the_password(done, args, variable)
+
+
+# the admin commands that open a store (issue 35): each said nothing for 16 s, then a traceback
+ADMIN = [["tasks", "list"], ["queues", "list"], ["webhooks", "list"], ["schedules", "list"], ["limits", "list"],
+         ["workers", "list"], ["deliveries", "list"], ["audit", "list"], ["schedules", "fire", "nightly"]]
+
+
+@pytest.mark.parametrize("args", ADMIN, ids=" ".join)
+def test_an_unreachable_database_is_one_line_at_once(args, pg_server_url):
+    import time
+
+    refused = f"postgresql://postgres@127.0.0.1:{harness.free_port()}/postgres"
+    missing = psycopg.conninfo.make_conninfo(pg_server_url, dbname="skiplock_no_such_db")
+    for url, says in ((refused, "cannot connect to Postgres"), (missing, "skiplock_no_such_db")):
+        start = time.monotonic()
+        done = run(args, SKIPLOCK_DATABASE_URL=url)
+        took = time.monotonic() - start
+        assert done.returncode == 1, (args, url, done.stderr[-2000:])
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stderr[-2000:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"skiplock {args[0]}: ") and says in lines[0], lines
+        assert took < 10, (args, url, took)  # a wrong URL answers as soon as Postgres does, not after retries

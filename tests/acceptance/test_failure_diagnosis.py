@@ -110,9 +110,9 @@ def test_the_api_shows_the_max_attempts_in_force(processes, db_url, db):
     assert wait_exit(worker, 30)[0] == 0
 
 
-def test_a_task_failed_by_the_reaper_logs_one_line(processes, db_url, db):
-    """A worker killed mid-task, with no reclaim left: the reaper (here the other worker's fallback,
-    the scheduler's own Reaper) fails the task and logs the same one line a handler failure does."""
+def test_a_task_failed_by_the_reclaim_logs_one_line(processes, db_url, db):
+    """A worker killed mid-task, with no reclaim left: the reclaim (here the other worker's fallback,
+    the scheduler's own Reclaimer) fails the task and logs the same one line a handler failure does."""
     env = {"SKIPLOCK_LEASE_SECONDS": 3, "SKIPLOCK_HEARTBEAT_SECONDS": 1, "SKIPLOCK_REAPER_SECONDS": 0.5,
            "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 1, "SKIPLOCK_MAX_RECLAIMS": 0}
     task_id = skiplock.enqueue(db_url, "t.record", {"sleep": 60}, queue="lost")
@@ -121,7 +121,7 @@ def test_a_task_failed_by_the_reaper_logs_one_line(processes, db_url, db):
     victim.signal(9)
     assert victim.wait(10) == -9
     survivor = processes.spawn(db_url, "--queues", "other", env=env)
-    wait_for(lambda: _state(db, task_id) == "failed", 20, message="the reaper to fail the task")
+    wait_for(lambda: _state(db, task_id) == "failed", 20, message="the reclaim to fail the task")
     survivor.signal(2)
     assert wait_exit(survivor, 30)[0] == 0
     failed = [line for line in _json_lines(survivor) if line["msg"] == "task failed"]

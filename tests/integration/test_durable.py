@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import skiplock
+import skiplock.engine.errors
 import tests.support.durable_handlers  # noqa: F401 - registers the d.* kinds
 import tests.support.handlers  # noqa: F401
 from skiplock.engine.metrics import Metrics
@@ -158,6 +159,88 @@ def test_a_changed_handler_fails_with_one_line_and_keeps_its_records(worker, sto
     recorded = db.execute("SELECT position, name, type FROM skiplock.task_steps WHERE task_id = %s ORDER BY position",
                           (task_id,)).fetchall()
     assert recorded == [(1, "a", "step"), (2, "b", "step"), (3, "sleep", "sleep")]
+
+
+@pytest.mark.parametrize("case, line", [
+    ("empty name", "step name must be 1-200 characters (got 0)"),
+    ("long name", "step name must be 1-200 characters (got 201)"),
+    ("not json", "step 's' result is not JSON-serializable"),
+    ("too large", "step 's' result is 2002 bytes; the limit is 1000 (SKIPLOCK_MAX_PAYLOAD_BYTES)"),
+    ("negative sleep", "sleep -1: must be a finite number of seconds >= 0"),
+    ("naive sleep_until", "must be a timezone-aware datetime"),
+    ("signal name", "signal name must be 1-200 characters (got 0)"),
+    ("too many", "more than 5 steps and waits in one task"),
+    ("nested", "step 'inner' called inside another step"),
+])
+def test_bad_input_fails_the_task_with_one_line_and_keeps_nothing(worker, store, db, db_url, monkeypatch,
+                                                                   case, line):
+    monkeypatch.setenv("SKIPLOCK_MAX_PAYLOAD_BYTES", "1000")
+    monkeypatch.setattr("skiplock.worker.durable.MAX_STEPS_PER_TASK", 5)
+    task_id = skiplock.enqueue(db_url, "d.bad", {"case": case})
+    assert drive(worker, store, db, [task_id]) == {task_id: "failed"}
+    state, attempts, _, error, *_ = row(db, task_id)
+    assert attempts == 1  # failed at once: another attempt would make the same call
+    assert line in error and "\n" not in error
+    recorded = scalar(db, "SELECT count(*) FROM skiplock.task_steps WHERE task_id = %s", (task_id,))
+    assert recorded == (5 if case == "too many" else 0)
+
+
+def test_children_of_a_step_commit_with_its_record_only(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.spawn_then_fail", {})
+    assert drive(worker, store, db, [task_id]) == {task_id: "completed"}
+    children = db.execute("SELECT id, payload FROM skiplock.tasks WHERE kind = 't.noop'").fetchall()
+    assert [c[1] for c in children] == [{"from": 2}]  # the first attempt's child rolled back with its step
+    assert row(db, task_id)[2] == {"child": str(children[0][0])}
+
+
+def test_cancel_a_suspended_task_and_resume_it_keeps_its_steps(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.sleep", {"seconds": 0.5})
+    run_round(worker)
+    assert row(db, task_id)[0] == "waiting"
+    assert store.tasks.task_cancel(task_id) == "cancelled"
+    assert row(db, task_id)[0] == "cancelled"
+    time.sleep(0.6)
+    assert Waker(store).run_once() == 0  # a cancelled task is not woken
+    store.tasks.task_resume(task_id)
+    assert drive(worker, store, db, [task_id]) == {task_id: "completed"}
+    assert effects(db, task_id) == ["before", "after"]  # "before" was not run again
+
+
+def test_retention_deletes_the_steps_with_the_task(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.steps", {"steps": 2})
+    assert drive(worker, store, db, [task_id]) == {task_id: "completed"}
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_steps WHERE task_id = %s", (task_id,)) == 2
+    db.execute("UPDATE skiplock.tasks SET finished_at = now() - interval '2 days' WHERE id = %s", (task_id,))
+    assert store.tasks.task_delete_finished("completed", 86400, limit=10) == 1
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_steps WHERE task_id = %s", (task_id,)) == 0
+
+
+def test_a_signal_send_in_a_repeatable_read_transaction_is_refused(db_url):
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(skiplock.engine.errors.InvalidInput, match="READ COMMITTED"):
+            skiplock.send_signal(conn, "x", {})
+
+
+def test_a_step_behind_the_runs_own_lock_on_its_row_fails_in_seconds_not_never(worker, store, db, db_url):
+    """A child depending on the running task, enqueued outside a step, holds the task's row in the
+    run's own transaction until the run ends; the step's record would wait for it forever."""
+    task_id = skiplock.enqueue(db_url, "d.self_child", {})
+    start = time.monotonic()
+    assert drive(worker, store, db, [task_id], timeout=30) == {task_id: "failed"}
+    assert time.monotonic() - start < 15
+    error = row(db, task_id)[3]
+    assert "stayed locked for 5 s while a step was recorded" in error and "inside the step" in error
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 't.noop'") == 0  # rolled back
+
+
+def test_a_wait_for_other_tasks_than_recorded_fails_instead_of_waiting_forever(worker, store, db, db_url):
+    task_id = skiplock.enqueue(db_url, "d.children_outside_a_step", {})
+    assert drive(worker, store, db, [task_id]) == {task_id: "failed"}
+    error = row(db, task_id)[3]
+    assert "wait_for_tasks at position 1 waits for other tasks than this task recorded" in error
+    # the first run's two children ran; the failed run's own two rolled back with it
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 2
 
 
 def test_a_step_record_refused_after_a_heartbeat_found_the_claim_lost_is_counted(worker, store, db, db_url):

@@ -16,7 +16,7 @@ def _set(db, task_id, sql: str) -> None:
     db.execute(f"UPDATE skiplock.tasks SET {sql} WHERE id = %s", (task_id,))
 
 
-def test_reaper_requeues_fails_and_cancels_expired_claims(store: Store, db_url, db):
+def test_reclaim_requeues_fails_and_cancels_expired_claims(store: Store, db_url, db):
     ids = skiplock.enqueue_many(db_url, "t.noop", [{}] * 4)
     store.tasks.task_claim(["default"], 4, "gone-worker", 30)
     expired, exhausted, cancelling, healthy = ids
@@ -31,7 +31,7 @@ def test_reaper_requeues_fails_and_cancels_expired_claims(store: Store, db_url, 
     assert Reclaimer(store, metrics, max_reclaims=10).run_once() == {}  # nothing left to do
 
 
-def test_a_task_the_reaper_fails_logs_one_line(store: Store, db_url, db, caplog):
+def test_a_task_the_reclaim_fails_logs_one_line(store: Store, db_url, db, caplog):
     exhausted, requeued = skiplock.enqueue_many(db_url, "t.noop", [{}] * 2, queue="q1")
     store.tasks.task_claim(["q1"], 2, "gone-worker", 30)
     _set(db, exhausted, "lease_until = now() - interval '1 second', reclaims = 3")

@@ -1,5 +1,6 @@
 """Every statement that fills a row type returns exactly that type's fields, in order: a column
-renamed or reordered in engine/sql/ (or a field in the type) fails here, not in production."""
+renamed or reordered in engine/sql/ (or a field in the type) fails here, not in production. A claim
+returns its tasks and a summary row in one result: the task type's fields, then the summary's."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from skiplock.engine.model import AuditEntry, ClaimedTask, Task, TaskEvent
 from skiplock.engine.store import Delivery, DeliveryRecord, DueSchedule, ReclaimedTask, WebhookEndpoint, WorkerRecord
 from skiplock.engine.store.rows import row_fields, row_maker
 from skiplock.engine.store.schedules import ScheduleRow
+from skiplock.engine.store.tasks import ClaimSummary, LimitedClaimSummary
 
 # statement -> the row type it fills (the store's fetch_as calls)
 ROW_TYPES = {
-    "task_claim": ClaimedTask,
-    "task_claim_limited": ClaimedTask,
     "task_reclaim_expired": ReclaimedTask,
     "task_get": Task,
     "task_list": Task,
@@ -30,6 +30,12 @@ ROW_TYPES = {
     "webhook_delivery_list": DeliveryRecord,
     "webhook_delivery_get": DeliveryRecord,
     "worker_list": WorkerRecord,
+}
+
+# statement -> the row type of its rows and that of its summary row (rows_and_summary)
+SUMMARY_TYPES = {
+    "task_claim": (ClaimedTask, ClaimSummary),
+    "task_claim_limited": (ClaimedTask, LimitedClaimSummary),
 }
 
 
@@ -60,5 +66,14 @@ def test_statement_columns_match_the_row_type(db_url, statement):
     row_maker(statement, ROW_TYPES[statement], columns)  # raises TypeError when a required field is unfilled
 
 
+@pytest.mark.parametrize("statement", sorted(SUMMARY_TYPES))
+def test_claim_columns_are_the_task_then_the_summary(db_url, statement):
+    sql = queries.load()[statement]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        columns = _columns(conn, sql)
+    row_type, summary_type = SUMMARY_TYPES[statement]
+    assert columns == row_fields(row_type) + row_fields(summary_type)
+
+
 def test_every_row_type_statement_exists():
-    assert set(ROW_TYPES) <= set(queries.load())
+    assert set(ROW_TYPES) | set(SUMMARY_TYPES) <= set(queries.load())

@@ -40,7 +40,7 @@ def main() -> int:
     sys.setswitchinterval(1e-4)
     store = Store.pooled(url, max_size=6).open(wait=True)
     settings = Settings(database_url=url, concurrency=1, lease_seconds=3, heartbeat_seconds=1,
-                        shutdown_grace_seconds=0.1, poll_seconds=1.0, reaper_seconds=60)
+                        shutdown_grace_seconds=0.1, poll_seconds=1.0, reclaim_seconds=60)
     rounds = 0
     end = time.monotonic() + seconds
     with psycopg.connect(url, autocommit=True) as db:

@@ -16,9 +16,9 @@ from tests.acceptance.test_flow_control import most_at_once
 from tests.support.harness import scalar, wait_for
 
 TASKS = 800
-LEASE, HEARTBEAT, REAPER = 3, 1, 1
+LEASE, HEARTBEAT, RECLAIM = 3, 1, 1
 ENV = {"SKIPLOCK_LEASE_SECONDS": LEASE, "SKIPLOCK_HEARTBEAT_SECONDS": HEARTBEAT,
-       "SKIPLOCK_REAPER_SECONDS": REAPER, "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 2}
+       "SKIPLOCK_REAPER_SECONDS": RECLAIM, "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 2}
 # a killed run's lease has at least LEASE - HEARTBEAT left at the kill; this much of it is counted
 # as still holding the slot (the rest is slack for a late heartbeat on a loaded machine)
 HELD_AFTER_KILL = 1.0

@@ -12,9 +12,9 @@ from tests.support import harness
 from tests.support.harness import scalar, wait_for
 
 TASKS = 5_000
-LEASE, HEARTBEAT, REAPER = 3, 1, 1
+LEASE, HEARTBEAT, RECLAIM = 3, 1, 1
 ENV = {"SKIPLOCK_LEASE_SECONDS": LEASE, "SKIPLOCK_HEARTBEAT_SECONDS": HEARTBEAT,
-       "SKIPLOCK_REAPER_SECONDS": REAPER, "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 2}
+       "SKIPLOCK_REAPER_SECONDS": RECLAIM, "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 2}
 
 
 def test_kill_9_workers_mid_drain_loses_nothing_and_reruns_only_reclaimed_tasks(db_url, db, processes):
@@ -45,13 +45,13 @@ def test_kill_9_workers_mid_drain_loses_nothing_and_reruns_only_reclaimed_tasks(
         workers.append(spawn())
     remaining_at_last_kill = scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state <> 'completed'")
 
-    # the dead hold nothing once their leases ran out and a reaper passed (lease + reaper interval,
+    # the dead hold nothing once their leases ran out and a reclaim passed (lease + reclaim interval,
     # plus a little slack for a loaded machine)
     def held_by_the_dead():
         return scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state IN ('running', 'cancelling') "
                           "AND split_part(lease_owner, ':', 2)::int = ANY(%s)", (killed,))
 
-    wait_for(lambda: held_by_the_dead() == 0, LEASE + REAPER + 3 - (time.monotonic() - killed_at),
+    wait_for(lambda: held_by_the_dead() == 0, LEASE + RECLAIM + 3 - (time.monotonic() - killed_at),
              message="claims of killed workers to be reclaimed")
 
     wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'") == TASKS,

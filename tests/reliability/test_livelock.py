@@ -13,7 +13,7 @@ def test_tasks_twice_as_long_as_the_lease_run_once_thanks_to_heartbeats(db_url, 
     ids = skiplock.enqueue_many(db_url, "t.record", [{"sleep": 3}] * 24)
     worker = processes.spawn(db_url, "--concurrency", "8", env={
         "SKIPLOCK_LEASE_SECONDS": 1.5, "SKIPLOCK_HEARTBEAT_SECONDS": 0.4,
-        "SKIPLOCK_REAPER_SECONDS": 0.5,  # a reaper on the watch: any lapse of a lease is reclaimed
+        "SKIPLOCK_REAPER_SECONDS": 0.5,  # a reclaim on the watch: any lapse of a lease is reclaimed
         "SKIPLOCK_SHUTDOWN_GRACE_SECONDS": 1})
     processes.wait_ready(worker)
 

@@ -22,7 +22,7 @@ def test_zombie_worker_completion_is_refused_after_its_lease_was_reclaimed(db_ur
     a.signal(signal.SIGSTOP)
     first_token = scalar(db, "SELECT lease_token FROM skiplock.tasks WHERE id = %s", (task_id,))
 
-    # A is frozen: its lease runs out (heartbeats stopped); nothing is reclaimed while no one reaps
+    # A is frozen: its lease runs out (heartbeats stopped); nothing is reclaimed while no reclaim runs
     wait_for(lambda: scalar(db, "SELECT lease_until < clock_timestamp() FROM skiplock.tasks WHERE id = %s",
                             (task_id,)), 10, message="A's lease to expire")
     b = processes.spawn(db_url, "--concurrency", "2", env=ENV)

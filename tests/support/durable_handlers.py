@@ -140,6 +140,60 @@ def changed(ctx, payload):
     return names
 
 
+@task("d.bad", max_attempts=3)
+def bad(ctx, payload):
+    """One bad durable call, chosen by payload["case"]."""
+    case = payload["case"]
+    if case == "empty name":
+        ctx.step("", lambda: 1)
+    elif case == "long name":
+        ctx.step("x" * 201, lambda: 1)
+    elif case == "not json":
+        ctx.step("s", lambda: {1, 2})
+    elif case == "too large":
+        ctx.step("s", lambda: "x" * 2000)
+    elif case == "negative sleep":
+        ctx.sleep(-1)
+    elif case == "naive sleep_until":
+        import datetime as dt
+        ctx.sleep_until(dt.datetime(2030, 1, 1))
+    elif case == "signal name":
+        ctx.wait_for_signal("")
+    elif case == "too many":
+        for i in range(10):
+            ctx.step("s", lambda: i)
+    elif case == "nested":
+        ctx.step("outer", lambda: ctx.step("inner", lambda: 1))
+    return "unreachable"
+
+
+@task("d.spawn_then_fail", max_attempts=2, retry_base=0.01, retry_cap=0.02)
+def spawn_then_fail(ctx, payload):
+    """A step that enqueues a child and then raises on the first attempt: no child may survive
+    that attempt; the second attempt's step and child commit together."""
+    def spawn():
+        child_id = ctx.enqueue("t.noop", {"from": ctx.attempt})
+        if ctx.attempt == 1:
+            raise RuntimeError("after the enqueue")
+        return child_id
+    return {"child": ctx.step("spawn", spawn)}
+
+
+@task("d.self_child", max_attempts=1)
+def self_child(ctx, payload):
+    """A child that depends on the running task, enqueued outside a step (in the run's own
+    transaction, which then holds the task's row), then a step."""
+    ctx.enqueue("t.noop", {}, depends_on=[ctx.task_id])
+    return {"step": ctx.step("after", lambda: 1)}
+
+
+@task("d.children_outside_a_step")
+def children_outside_a_step(ctx, payload):
+    """Enqueues its children outside a step: each run makes new ones."""
+    ids = [ctx.enqueue("d.child", {"i": i}) for i in range(2)]
+    return {"n": len(ctx.wait_for_tasks(ids))}
+
+
 # ---- for tests/reliability/test_durable_faults.py: real worker processes ------------------------
 
 def _finished(ctx) -> bool:

@@ -19,16 +19,15 @@ _local = threading.local()
 def _conn() -> psycopg.Connection:
     conn = getattr(_local, "conn", None)
     url = os.environ["SKIPLOCK_DATABASE_URL"]
-    # in-process tests run handlers on the test's thread, one database per test: a connection
-    # kept from an earlier test points at a database that is gone
-    if conn is None or conn.closed or getattr(_local, "url", None) != url:
-        if conn is not None:
-            conn.close()
+    if conn is not None and getattr(_local, "url", None) != url:  # an in-process test's own database
+        conn.close()
+        conn = None
+    _local.url = url
+    if conn is None or conn.closed:
         # behind a transaction pooler a handler's own connection must not prepare either
         never_prepare = os.environ.get("SKIPLOCK_DATABASE_POOLER") == "transaction"
-        conn = _local.conn = psycopg.connect(url, autocommit=True,
+        conn = _local.conn = psycopg.connect(os.environ["SKIPLOCK_DATABASE_URL"], autocommit=True,
                                              **({"prepare_threshold": None} if never_prepare else {}))
-        _local.url = url
     return conn
 
 

@@ -12,7 +12,7 @@ def test_defaults():
     s = Settings.from_env({})
     assert s.queues == ("default",) and s.concurrency == 10
     assert s.lease_seconds == 30 and s.heartbeat_seconds == 10 and s.shutdown_grace_seconds == 25
-    assert s.poll_seconds == 1 and s.reaper_seconds == 5 and s.metrics_port == 9090
+    assert s.poll_seconds == 1 and s.reclaim_seconds == 5 and s.metrics_port == 9090
     assert s.db_schema == "skiplock" and s.channel == "skiplock_skiplock"
 
 

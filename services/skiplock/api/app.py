@@ -30,7 +30,7 @@ from .audit import record_refusal
 from .auth import Authenticator
 from .console import mount_console
 from .app_state import KEY, ApiContext, api
-from .limits import Limits
+from .admission_bounds import AdmissionBounds
 from .replica import BORROW_TIMEOUT, Replica
 from .request_body import parse_json, read_body
 from .request_metrics import ApiMetrics
@@ -66,7 +66,7 @@ def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int
     metrics = ApiMetrics()
     app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
-                                     limits=Limits(settings), replica=_replica(settings, store, pool_size, metrics))
+                                     admission_bounds=AdmissionBounds(settings), replica=_replica(settings, store, pool_size, metrics))
     app.before_request(_trace_begin)
     app.before_request(_prepare)
     app.after_request(_finish)
@@ -123,8 +123,8 @@ def _prepare() -> None:
         g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
         ctx.auth.require(g.principal, op.role, f"{op.method} {op.rule}")
     g.releases = []
-    if op.limited:  # before the body is read: a refused submission costs no parsing
-        g.releases.append(ctx.limits.admit(g.principal.name))
+    if op.bounded:  # before the body is read: a refused submission costs no parsing
+        g.releases.append(ctx.admission_bounds.admit(g.principal.name))
     for name, field in op.path.items():
         request.view_args[name] = field.from_text(request.view_args[name], name)
     g.query = parse_query(op.query, request.args)
@@ -132,11 +132,11 @@ def _prepare() -> None:
                  for name, field in op.headers.items()}
     g.body = None
     if op.body is not None:
-        limit = op.max_body(ctx.settings) if callable(op.max_body) else op.max_body
-        if ctx.limits.is_large(request.content_length, limit):
+        max_bytes = op.max_body(ctx.settings) if callable(op.max_body) else op.max_body
+        if ctx.admission_bounds.is_large(request.content_length, max_bytes):
             # held until the request ends: the parsed body lives as long as the view
-            g.releases.append(ctx.limits.large_body())
-        raw = read_body(request.stream, request.content_length, limit)
+            g.releases.append(ctx.admission_bounds.large_body())
+        raw = read_body(request.stream, request.content_length, max_bytes)
         if not raw.strip():
             if op.body_required:
                 raise InvalidInput("body: required (a JSON object)")
@@ -172,7 +172,7 @@ def _skiplock_error(exc: SkiplockError) -> Response:
         return _unexpected_error(exc)
     headers = {}
     if isinstance(exc, TooManyRequests):
-        # neither logged nor audited: a limit sheds load, one line or row per refusal would add it
+        # neither logged nor audited: an admission bound sheds load, one line or row per refusal would add it
         headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, (Unauthorized, Forbidden)):
         refusals.report(log, "request refused", exc, _route())

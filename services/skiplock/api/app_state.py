@@ -12,7 +12,7 @@ from flask import current_app, g
 from ..engine.settings import ApiSettings
 from ..engine.store import Store
 from .auth import Authenticator
-from .limits import Limits
+from .admission_bounds import AdmissionBounds
 from .request_metrics import ApiMetrics
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ class ApiContext:
     metrics: ApiMetrics
     # SKIPLOCK_API_TRUSTED_PROXIES, parsed: whose X-Forwarded-For names the client (refusals.py)
     trusted_proxies: tuple = ()
-    limits: Limits | None = None  # submission and large-body limits (None: create_app builds them)
+    # submission, large-body and long-poll bounds (None: create_app builds them)
+    admission_bounds: AdmissionBounds | None = None
     migrated: bool = False  # /readyz saw no pending migration once; files do not change under a process
     replica: "Replica | None" = None  # SKIPLOCK_READ_DATABASE_URL's (replica.py); None: every read on the primary
 

@@ -3,7 +3,7 @@
 admin's, since a limit binds every worker's claims, and each change commits with its audit row.
 
 What a limit means, and its validation, are engine/limits.py's (the same rules as `skiplock
-limits set` and a limits file); the API's own admission limits per token are api/limits.py's,
+limits set` and a limits file); the API's own admission bounds per token are api/admission_bounds.py's,
 a different thing.
 """
 

@@ -1,7 +1,7 @@
 """gunicorn's classes as the API needs them: a logger whose lines go through skiplock's own
 logging (one format, secrets scrubbed: gunicorn quotes refused request lines, query strings and
-all), and a worker whose own refusals (a request line over the limit: 414, header fields over
-the limit: 431, malformed requests: 400) answer in the API's JSON error shape instead of
+all), and a worker whose own refusals (a request line too long: 414, header fields too large
+or too many: 431, malformed requests: 400) answer in the API's JSON error shape instead of
 gunicorn's HTML page.
 
 gunicorn offers no hook for its refusals; they are written by `Worker.handle_error`, so the

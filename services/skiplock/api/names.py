@@ -18,17 +18,17 @@ from collections.abc import Sequence
 
 from flask import g
 
-from ..engine.errors import NameLimitReached
+from ..engine.errors import NameBoundReached
 from ..engine.model import TaskSpec
 from ..engine.store import Store
 from .app_state import api
 
 
 def admit(tx: Store, specs: Sequence[TaskSpec]) -> None:
-    """Refuse `specs` if they bring more new queues or kinds than the limits leave room for."""
+    """Refuse `specs` if they bring more new queues or kinds than the bounds leave room for."""
     settings = api().settings
-    limits = {"queue": settings.api_max_queues, "kind": settings.api_max_kinds}
-    if g.principal.role == "admin" or not any(limits.values()):
+    bounds = {"queue": settings.api_max_queues, "kind": settings.api_max_kinds}
+    if g.principal.role == "admin" or not any(bounds.values()):
         return
     queues, kinds = sorted({s.queue for s in specs}), sorted({s.kind for s in specs})
     if not tx.tasks.queue_kind_new(queues, kinds):
@@ -36,9 +36,9 @@ def admit(tx: Store, specs: Sequence[TaskSpec]) -> None:
     tx.tasks.queue_kind_lock()
     new = tx.tasks.queue_kind_new(queues, kinds)  # again: a submission we waited for may have made some
     existing = dict(zip(("queue", "kind"), tx.tasks.queue_kind_count()))
-    for scope, limit in limits.items():
+    for scope, bound in bounds.items():
         names = [name for s, name in new if s == scope]
-        if limit and names and existing[scope] + len(names) > limit:
-            raise NameLimitReached(
+        if bound and names and existing[scope] + len(names) > bound:
+            raise NameBoundReached(
                 f"{scope} {names[0]!r}: {existing[scope]:,} {scope}s exist and API submissions may bring at most "
-                f"{limit:,} (SKIPLOCK_API_MAX_{scope.upper()}S); use one that exists, or an admin token")
+                f"{bound:,} (SKIPLOCK_API_MAX_{scope.upper()}S); use one that exists, or an admin token")

@@ -35,8 +35,8 @@ def _errors(op: Operation) -> dict[int, list[type[SkiplockError]]]:
         errors.append(InvalidInput)
     if op.body is not None:
         errors.append(PayloadTooLarge)
-    # a submission's limits, or a body that may be large (its room per worker may be full)
-    if op.limited or (op.body is not None and op.max_body != SMALL_BODY):
+    # a submission's admission bounds, or a body that may be large (its room per worker may be full)
+    if op.bounded or (op.body is not None and op.max_body != SMALL_BODY):
         errors.append(TooManyRequests)
     if op.role is not None:
         errors += [Unauthorized, Forbidden, DatabaseUnavailable]

@@ -40,10 +40,10 @@ class Operation:
     headers: Mapping[str, Field] = dataclasses.field(default_factory=dict)
     body: Field | None = None
     body_required: bool = True
-    # the body's size limit in bytes; a callable gets the app's settings
+    # the largest body in bytes; a callable gets the app's settings
     max_body: int | Callable = SMALL_BODY
     audit: str | None = None  # the audit action of a mutating route
-    limited: bool = False  # a submission: counted against its token's rate and concurrency (limits.py)
+    bounded: bool = False  # a submission: counted against its token's rate and concurrency (admission_bounds.py)
     description: str = ""
     content_type: str = "application/json"  # of the success response
     # "replica": a pure read that a read replica may serve (replica.py's rule says which routes);

@@ -1,4 +1,4 @@
-"""Reading a request body: size limits before parsing, UTF-8 JSON without NaN or Infinity,
+"""Reading a request body: its size bounded before parsing, UTF-8 JSON without NaN or Infinity,
 nesting no deeper than Postgres and Python can take, and strings Postgres can store.
 
 It checks no field (schema.py does, against the declared shapes); nothing here knows about
@@ -67,12 +67,12 @@ def parse_json(raw: bytes) -> Any:
     return value
 
 
-def read_body(stream, content_length: int | None, limit: int) -> bytes:
+def read_body(stream, content_length: int | None, max_bytes: int) -> bytes:
     """The raw body, refused with 413 when Content-Length (or, without one, the bytes read)
-    exceeds `limit`: nothing larger is read into memory or parsed."""
-    if content_length is not None and content_length > limit:
-        raise PayloadTooLarge(f"request body is {content_length} bytes; the limit is {limit}")
-    raw = stream.read(limit + 1)
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    exceeds `max_bytes`: nothing larger is read into memory or parsed."""
+    if content_length is not None and content_length > max_bytes:
+        raise PayloadTooLarge(f"request body is {content_length} bytes; the limit is {max_bytes}")
+    raw = stream.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"request body is over the limit of {max_bytes} bytes")
     return raw

@@ -41,7 +41,7 @@ FIRED_NOW = Object({
 }, required=("schedule", "nominal_at", "task_id", "created"))
 
 
-def _body_limit(settings) -> int:
+def _max_body(settings) -> int:
     return settings.max_payload_bytes + SMALL_BODY
 
 
@@ -59,7 +59,7 @@ def list_schedules():
 
 
 @operation(bp, "POST", "/v1/schedules", summary="Create a schedule", role="admin", tag="schedules",
-           body=CREATE, max_body=_body_limit, audit="schedule.create",
+           body=CREATE, max_body=_max_body, audit="schedule.create",
            description="It first fires at its first nominal time after now. An existing name: 409 "
                        "schedule.exists (PATCH changes a schedule).",
            responses={201: ("Created.", SCHEDULE)}, errors=(InvalidInput, PayloadTooLarge, ScheduleExists))
@@ -82,7 +82,7 @@ def get_schedule(name):
 
 
 @operation(bp, "PATCH", "/v1/schedules/<name>", summary="Change a schedule", role="admin", tag="schedules",
-           path=NAME, body=CHANGE, max_body=_body_limit, audit="schedule.update",
+           path=NAME, body=CHANGE, max_body=_max_body, audit="schedule.update",
            description="Setting cron clears interval_seconds and the other way round. A changed timing, "
                        "or enabled going back to true, starts at the next fire after now.",
            responses={200: ("The schedule after the change.", SCHEDULE)},

@@ -104,8 +104,8 @@ class String(Field):
         if self.enum is not None and value not in self.enum:
             raise InvalidInput(f"{path} {_describe(value)}: must be one of {', '.join(self.enum)}")
         if len(value) < self.min_length or (self.max_length is not None and len(value) > self.max_length):
-            limit = f"{self.min_length}-{self.max_length}" if self.max_length is not None else f">= {self.min_length}"
-            raise InvalidInput(f"{path}: must be {limit} characters long (got {len(value)})")
+            bounds = f"{self.min_length}-{self.max_length}" if self.max_length is not None else f">= {self.min_length}"
+            raise InvalidInput(f"{path}: must be {bounds} characters long (got {len(value)})")
         # the whole value: `$` alone would admit a trailing newline ("q1\n")
         if self._regex is not None and not self._regex.fullmatch(value):
             raise InvalidInput(f"{path} {_describe(value)}: {self.pattern_help()}")
@@ -275,8 +275,8 @@ class Array(Field):
         if not isinstance(value, list):
             raise InvalidInput(f"{path}: must be an array, not {type_name(value)}")
         if len(value) < self.min_items or (self.max_items is not None and len(value) > self.max_items):
-            limit = f"{self.min_items}-{self.max_items}" if self.max_items is not None else f">= {self.min_items}"
-            raise InvalidInput(f"{path}: must hold {limit} items (got {len(value)})")
+            bounds = f"{self.min_items}-{self.max_items}" if self.max_items is not None else f">= {self.min_items}"
+            raise InvalidInput(f"{path}: must hold {bounds} items (got {len(value)})")
         return [self.items.parse(item, f"{path}[{i}]") for i, item in enumerate(value)]
 
     def constraints(self) -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 from flask import Blueprint, g
 
 from ..engine import store as store_mod
-from ..engine.errors import (IdempotencyConflict, InvalidInput, NameLimitReached, PayloadTooLarge,
+from ..engine.errors import (IdempotencyConflict, InvalidInput, NameBoundReached, PayloadTooLarge,
                              TaskNotCancellable, TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
 from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
                             Task, TaskSpec)
@@ -168,10 +168,10 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
 
 @operation(bp, "POST", "/v1/tasks", summary="Submit a task", role="submitter", tag="tasks",
            body=SUBMIT, headers={"Idempotency-Key": IDEMPOTENCY_KEY},
-           max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", limited=True,
+           max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", bounded=True,
            responses={201: ("Enqueued.", TASK),
                       200: ("Replay: this Idempotency-Key and body created this task before.", TASK)},
-           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameLimitReached))
+           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameBoundReached))
 def submit_task():
     spec, fingerprint, deadline = _spec(g.body, g.headers["Idempotency-Key"], api().settings.max_payload_bytes, "")
     with audited() as (tx, draft):
@@ -183,12 +183,12 @@ def submit_task():
 
 
 @operation(bp, "POST", "/v1/tasks:batch", summary=f"Submit up to {BATCH_MAX_TASKS} tasks at once",
-           role="submitter", tag="tasks", body=BATCH, max_body=BATCH_MAX_BODY, audit="task.submit_batch", limited=True,
+           role="submitter", tag="tasks", body=BATCH, max_body=BATCH_MAX_BODY, audit="task.submit_batch", bounded=True,
            description="One transaction through the bulk path: all tasks are enqueued or none. Items may "
                        "carry an idempotency_key each.",
            responses={201: ("Enqueued (some may be replays).", BATCH_RESULT),
                       200: ("Every item was a replay.", BATCH_RESULT)},
-           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameLimitReached))
+           errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameBoundReached))
 def submit_batch():
     max_payload = api().settings.max_payload_bytes
     specs, fingerprints, deadlines = [], [], []
@@ -246,7 +246,7 @@ def _wait_seconds(asked: float | None) -> float:
     below the shutdown grace (gunicorn's graceful timeout, whole seconds), so that a wait in
     flight at SIGTERM ends, answered, before the worker is stopped. 0: no wait."""
     settings = api().settings
-    if not asked or not api().limits.max_waits:
+    if not asked or not api().admission_bounds.max_waits:
         return 0.0
     return max(0.0, min(asked, settings.api_max_wait_seconds, int(settings.shutdown_grace_seconds) - 1))
 
@@ -255,7 +255,7 @@ def _wait_final(task_id: uuid.UUID, seconds: float) -> Task | None:
     """skiplock.wait on a connection of its own (LISTEN must not be left on a pooled one, and the
     pool's are for short reads); the task once final, None when the wait ended first."""
     settings = api().settings
-    release = api().limits.long_poll()
+    release = api().admission_bounds.long_poll()
     try:
         # the worker's LISTEN URL where one is set: a direct connection, when the main URL is a
         # transaction pooler's (through which notifications do not arrive; the wait's poll still reads)

@@ -26,10 +26,14 @@ def actor() -> str:
 
 
 def open_store(settings: Settings):
-    """The store of one command: one connection, named `cli`; the caller closes it."""
-    from ..engine.store import Store
+    """The store of one command: one connection, named `cli`; the caller closes it. A database
+    that cannot be reached is one line at once (DatabaseUnavailable), as `enqueue` says it: the
+    pool alone would retry for its whole timeout, then raise its own error."""
+    from ..engine.store import Store, connect
 
-    return Store.pooled(settings.require_database_url(), settings.db_schema, max_size=1, name="cli").open(wait=True)
+    url = settings.require_database_url()
+    connect(url, pooler=settings.database_pooler).close()
+    return Store.pooled(url, settings.db_schema, max_size=1, name="cli").open(wait=True)
 
 
 def output_option() -> argparse.ArgumentParser:

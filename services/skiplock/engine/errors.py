@@ -157,8 +157,8 @@ class ScheduleExists(SkiplockError):
 
 
 class TooManyRequests(SkiplockError):
-    """A limit of the API is full: the token's submission rate or concurrency, or the worker's
-    room for large bodies. `retry_after` is the Retry-After header's whole seconds."""
+    """An admission bound of the API is full: the token's submission rate or concurrency, or the
+    worker's room for large bodies or long-polls. `retry_after` is the Retry-After header's whole seconds."""
 
     code = "request.rate_limited"
     status = 429
@@ -206,7 +206,7 @@ class ConsoleDisabled(SkiplockError):
     status = 503
 
 
-class NameLimitReached(SkiplockError):
+class NameBoundReached(SkiplockError):
     """A submission names a new queue or kind past SKIPLOCK_API_MAX_QUEUES / _KINDS."""
 
     code = "task.name_limit"

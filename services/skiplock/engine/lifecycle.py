@@ -70,7 +70,7 @@ def install_signal_handlers(stop: Stop) -> None:
 
     threading.Thread(target=watch, name="signals", daemon=True).start()
 
-    def handler(signum, frame):
+    def handler(signum, _frame):
         os.write(write_fd, bytes([signum]))
 
     signal.signal(signal.SIGTERM, handler)

@@ -60,7 +60,7 @@ class Metrics:
                                      ["queue"], registry=r)
         self.tasks_finished = Counter("skiplock_tasks_finished_total",
                                       "Executions ended, by outcome (completed, retried, failed, "
-                                      "cancelled, checkpoint, released, abandoned).",
+                                      "cancelled, checkpoint, released, suspended, abandoned).",
                                       ["queue", "kind", "outcome"], registry=r)
         self.task_duration = Histogram("skiplock_task_duration_seconds", "Handler run time.",
                                        ["queue", "kind"], buckets=_DURATION_BUCKETS, registry=r)

@@ -1,5 +1,6 @@
 """Example handlers used by `skiplock dev` and the README: one plain task, one multi-step task
-that checkpoints a cursor, one that fails now and then and is retried."""
+that checkpoints a cursor, one that fails now and then and is retried, and a durable order
+workflow that waits for a signal and sleeps."""
 
 from __future__ import annotations
 
@@ -32,3 +33,17 @@ def flaky(ctx, payload):
     if random.random() < 0.5:
         raise Retry(message="the downstream said 503")  # backoff with full jitter
     return {"ok": True, "attempt": ctx.attempt}
+
+
+@task("demo.order")
+def order(ctx, payload):
+    """Durable execution: charge (a recorded step), wait up to 15 s for the signal
+    `demo.order-N.shipped` (`skiplock signals send demo.order-1.shipped`), sleep 3 s holding no
+    worker, then send the reminder (a step). Each run starts from the top; recorded steps return
+    their results."""
+    n = payload.get("order", 1)
+    charge = ctx.step("charge", lambda: {"charge": f"ch_{n}", "cents": 1299})
+    shipped = ctx.wait_for_signal(f"demo.order-{n}.shipped", timeout=15)
+    ctx.sleep(3)
+    ctx.step("remind", lambda: {"reminded": True})
+    return {"charge": charge["charge"], "shipped": shipped is not None}

@@ -45,13 +45,13 @@ class Scheduler:
                                    settings.retain_signals_seconds)
         # (name, service, interval); the first run of each is spread so replicas do not align
         self.services = [
-            ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reaper_seconds),
+            ("reclaim", Reclaimer(store, self.metrics, settings.max_reclaims).run_once, settings.reclaim_seconds),
             ("wake", Waker(store).run_once, WAKE_SECONDS),
             ("gauges", QueueGauges(store, self.metrics).run_once, settings.gauges_seconds),
             ("retention", self.retention.run_once, settings.retention_seconds),
-            ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reaper_seconds),
+            ("stale_workers", StaleWorkers(store, self.metrics).run_once, settings.reclaim_seconds),
             ("worker_gauges", WorkerGauges(store, self.metrics).run_once, settings.gauges_seconds),
-            ("limits", LimitUpkeep(store, self.metrics).run_once, settings.reaper_seconds),
+            ("limits", LimitUpkeep(store, self.metrics).run_once, settings.reclaim_seconds),
         ]
         now = time.monotonic()
         self._next_run = {name: now + random.uniform(0, min(interval, 1.0)) for name, _, interval in self.services}

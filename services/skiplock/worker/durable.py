@@ -16,7 +16,9 @@ nothing) and used from the handler's thread only; its steps run one at a time.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -60,8 +62,9 @@ def _refuse(exc: InvalidInput) -> Fail:
 
 
 class DurableRun:
-    def __init__(self, task: ClaimedTask, store, max_bytes: int):
+    def __init__(self, task: ClaimedTask, store, max_bytes: int, run_tx_open: Callable[[], bool]):
         self.task, self.store, self.max_bytes = task, store, max_bytes
+        self.run_tx_open = run_tx_open  # the run's own transaction (ctx.transaction()) is open
         records, self.db_now = store.steps.task_steps_read(task.id)
         self.records: dict[int, StepRecord] = {r.position: r for r in records}
         self.position = 0
@@ -107,8 +110,12 @@ class DurableRun:
     # -- writes
     def write(self, call: Call, result: Any, conn=None) -> None:
         """Record `call` fenced, on `conn` (in its transaction, not committed here) or on its own."""
-        written = self.store.steps.task_step_record(conn, self.task.id, self.task.lease_token, self.task.attempt,
-                                                    call.position, call.name, call.occurrence, call.type, result)
+        task, steps = self.task, self.store.steps
+        args = (task.id, task.lease_token, task.attempt, call.position, call.name, call.occurrence, call.type, result)
+        if conn is None and self.run_tx_open():
+            written = steps.task_step_record_guarded(*args)
+        else:
+            written = steps.task_step_record(conn, *args)
         if not written:
             raise ClaimLost(f"{call.label}: the record was refused, the claim was lost")
         self.records[call.position] = StepRecord(call.position, call.name, call.occurrence, call.type, result,
@@ -199,15 +206,25 @@ class DurableRun:
     def wait_for_tasks(self, ids: list[uuid.UUID], outcomes) -> list[Parent]:
         call = self.next_call("tasks", "tasks")
         record = self.recorded(call)
+        if record is not None and record.result.get("ids") != ids_digest(ids):
+            # ids made anew by this run (children enqueued outside a step) would be waited for
+            # forever, one new set per wake-up
+            raise Fail(f"wait_for_tasks at position {call.position} waits for other tasks than this task recorded "
+                       "there: enqueue the children inside a step (ctx.step) so that a later run gets the same ids")
         parents = outcomes(ids)
         missing = set(ids) - {p.id for p in parents}
         if missing:
             raise Fail(f"wait_for_tasks: no task {sorted(missing)[0]} ({len(missing)} of {len(ids)} not found)")
         if all(p.state in FINISHED_STATES for p in parents):
             if record is None:
-                self.write(call, {"tasks": len(ids)})
+                self.write(call, {"tasks": len(ids), "ids": ids_digest(ids)})
             return parents
         raise Suspend("tasks", None if record is not None else call, awaited=ids)
+
+
+def ids_digest(ids: list[uuid.UUID]) -> str:
+    """What a wait for tasks records of its ids: enough to tell another set, at a fixed size."""
+    return hashlib.sha256(b"".join(i.bytes for i in sorted(ids))).hexdigest()[:32]
 
 
 def task_ids(ids) -> list[uuid.UUID]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..engine.model import FINISHED_STATES, Settlement
-from .durable import Suspend
+from .durable import Suspend, ids_digest
 
 # how soon a signal wait that met a send in flight looks again
 _SEND_IN_FLIGHT_SECONDS = 1.0
@@ -36,7 +36,8 @@ def write_suspension(store, conn, task, suspend: Suspend, outcome: Settlement) -
         call = suspend.call
         result = {"sleep": {"until": _iso(wake_at)},
                   "signal": {"signal": suspend.signal, "timeout_at": _iso(wake_at)},
-                  "tasks": {"tasks": len(suspend.awaited or ())}}[suspend.reason]
+                  "tasks": {"tasks": len(suspend.awaited or ()),
+                            "ids": ids_digest(suspend.awaited) if suspend.awaited else None}}[suspend.reason]
         if not steps.task_step_record(conn, task.id, task.lease_token, task.attempt, call.position, call.name,
                                       call.occurrence, call.type, result):
             return None

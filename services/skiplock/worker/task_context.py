@@ -253,7 +253,7 @@ class TaskContext:
     def _durable_run(self) -> DurableRun:
         if self._durable is None:
             from ..enqueueing import _max_payload
-            self._durable = DurableRun(self._task, self._store, _max_payload())
+            self._durable = DurableRun(self._task, self._store, _max_payload(), lambda: self._open_tx is not None)
         return self._durable
 
     @property

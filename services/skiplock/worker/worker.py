@@ -83,7 +83,7 @@ class WorkerConfig:
                               "SKIPLOCK_LISTEN_DATABASE_URL to a direct URL of the database")
         return cls(queues=s.queues, concurrency=s.concurrency, lease_seconds=s.lease_seconds,
                    heartbeat_seconds=s.heartbeat_seconds, shutdown_grace_seconds=s.shutdown_grace_seconds,
-                   poll_seconds=s.poll_seconds, reclaim_seconds=s.reaper_seconds,
+                   poll_seconds=s.poll_seconds, reclaim_seconds=s.reclaim_seconds,
                    max_reclaims=s.max_reclaims, claim_batch=s.claim_batch or s.concurrency,
                    stuck_grace_seconds=s.stuck_grace_seconds, listen=s.listen,
                    listen_url=s.listen_database_url, claim_lanes=s.claim_lanes,

@@ -62,7 +62,7 @@ SECURITY_HEADERS = {
 # What the console's forms send, and at most this much of it: the form is parsed before the CSRF
 # check (the token is in it), so an anonymous POST must not be able to make it parse more.
 # multipart is refused unread (werkzeug would spool its file parts to disk). The largest real
-# form, a page of ticked task ids, is about a third of the limit.
+# form, a page of ticked task ids, is about a third of it.
 FORM_TYPE = "application/x-www-form-urlencoded"
 MAX_BODY_BYTES = SMALL_BODY
 
@@ -84,7 +84,7 @@ def _sessions() -> Sessions:
 
 def install(app: Flask) -> None:
     # werkzeug stops reading a body without a Content-Length (chunked) here: one byte past the
-    # limit tells _check_body it went on
+    # bound tells _check_body it went on
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
     app.before_request(_open)
     app.after_request(_close)

@@ -1,4 +1,4 @@
-"""The API's variables (credentials, its read replica, timeouts and admission limits, long-polls),
+"""The API's variables (credentials, its read replica, timeouts and admission bounds, long-polls),
 the parsing of its token list, and `skiplock dev`'s port.
 
 It declares; it reads no environment.
@@ -70,7 +70,7 @@ def _tokens(value) -> tuple[ApiToken, ...]:
 
 
 _A = ("api", "dev")
-_NO_LIMIT = at_least_zero("(0: no limit)")
+_NO_BOUND = at_least_zero("(0: no limit)")
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("API_TOKENS", "", "API credentials (see API)", API, _A, type="tuple[ApiToken, ...]", convert=_tokens,
@@ -97,17 +97,17 @@ VARIABLES: tuple[Variable, ...] = (
              "the listen backlog", API, _A, kind="integer", bound=positive("integer"), contract=34),
     Variable("API_SUBMIT_RATE", 0.0, "submissions (`POST /v1/tasks`, `POST /v1/tasks:batch`) per second one token "
              "may make, per gunicorn worker; over it 429 `request.rate_limited` with `Retry-After`; `0`: no limit",
-             API, _A, kind="number", bound=_NO_LIMIT, contract=35),
+             API, _A, kind="number", bound=_NO_BOUND, contract=35),
     Variable("API_SUBMIT_BURST", 10, "submissions a token may make at once above its rate, per worker", API, _A,
              kind="integer", bound=positive("integer"), contract=36),
     Variable("API_SUBMIT_CONCURRENCY", 0, "submissions one token may have in flight, per gunicorn worker; over it "
-             "429 with `Retry-After`; `0`: no limit", API, _A, kind="integer", bound=_NO_LIMIT, contract=37),
+             "429 with `Retry-After`; `0`: no limit", API, _A, kind="integer", bound=_NO_BOUND, contract=37),
     Variable("API_LARGE_BODY_BYTES", 1024 * 1024, "a request body above this size (or without a length, on a route "
-             "that allows more) is large", API, _A, kind="integer", bound=_NO_LIMIT, contract=38),
+             "that allows more) is large", API, _A, kind="integer", bound=_NO_BOUND, contract=38),
     Variable("API_MAX_QUEUES", 1000, "queues that exist (ever had a task) past which a non-admin `POST /v1/tasks` or "
              "`:batch` naming a new queue answers 409 `task.name_limit`; names that exist, admins and the library are "
-             "not refused; `0`: no limit", API, _A, kind="integer", bound=_NO_LIMIT, contract=39),
-    Variable("API_MAX_KINDS", 1000, "the same bound for kinds", API, _A, kind="integer", bound=_NO_LIMIT, contract=40),
+             "not refused; `0`: no limit", API, _A, kind="integer", bound=_NO_BOUND, contract=39),
+    Variable("API_MAX_KINDS", 1000, "the same bound for kinds", API, _A, kind="integer", bound=_NO_BOUND, contract=40),
     Variable("API_LARGE_BODIES", 1, "large bodies one gunicorn worker reads and parses at once; another answers "
              "429 with `Retry-After` (this bounds the API's memory)", API, _A, kind="integer",
              bound=positive("integer"), contract=41),

@@ -64,7 +64,7 @@ class Variable(NamedTuple):
     """One SKIPLOCK_* variable: how from_env() reads it, what it admits, which roles read it, and
     what the docs' configuration tables say about it (scripts/gen_docs.py writes them)."""
 
-    name: str                 # without the SKIPLOCK_ prefix; its settings field is name.lower()
+    name: str                 # without the SKIPLOCK_ prefix; its settings field is name.lower(), or field_name
     default: object           # when unset (a settings field built directly gets it too)
     meaning: str              # one line of Markdown
     group: str                # its heading in docs/CONFIGURATION.md
@@ -84,10 +84,11 @@ class Variable(NamedTuple):
     parsed: bool = True       # read by Settings.from_env(); False: read where it is used
     exact: bool = False       # the error prints the value as read (`30.0`), not shortened (`30`)
     secret: bool = False      # kept out of the settings' repr (a key, not a credential's hash)
+    field_name: str = ""      # the settings field, where the contract's name is not the code's word
 
     @property
     def field(self) -> str:
-        return self.name.lower()
+        return self.field_name or self.name.lower()
 
     @property
     def annotation(self) -> str:

@@ -58,7 +58,7 @@ VARIABLES: tuple[Variable, ...] = (
              contract=11),
     Variable("REAPER_SECONDS", 5.0, "how often expired leases are reclaimed", WORKER, ("worker", "scheduler", "dev"),
              kind="number", bound=positive(), more="by every scheduler and, as a fallback, every worker",
-             contract=12),
+             contract=12, field_name="reclaim_seconds"),  # the contract keeps the old word: the code's is reclaim
     Variable("MAX_RECLAIMS", 10, "lease expiries before a task is failed", WORKER, ("worker", "scheduler", "dev"),
              kind="integer", bound=at_least_zero()),
     Variable("CLAIM_BATCH", 0, "most tasks one claim takes; 0: as many as there are free slots", WORKER, _W,

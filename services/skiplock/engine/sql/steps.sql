@@ -31,6 +31,13 @@ FROM fence
 ON CONFLICT (task_id, position) DO NOTHING
 RETURNING position;
 
+-- name: task_step_lock_timeout
+-- A record written while the run's own transaction (ctx.transaction()) is open, on another
+-- connection: that transaction may hold the task's row (it enqueued a child that depends on the
+-- running task), which the record would then wait for until the run ends, which waits for the
+-- record. A reclaim, a cancel or a claim holds the row for milliseconds.
+SET LOCAL lock_timeout = '5s';
+
 -- name: task_step_resolve
 -- A wait recorded when it began (a signal's), now resolved by the run that found it over: its
 -- result becomes what the wait returned, fenced as a record.
@@ -87,10 +94,6 @@ WITH due AS MATERIALIZED (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 )
 SELECT count(*) FROM woken WHERE (SELECT count(*) FROM wake) >= 0;
-
--- name: task_next_wake
--- The earliest time a suspended task wakes on its own, NULL if none does.
-SELECT min(wake_at) FROM skiplock.tasks WHERE state = 'waiting' AND wake_at IS NOT NULL;
 
 -- name: signal_lock
 -- The first statement of a send, in the sender's transaction: its isolation (a send needs READ

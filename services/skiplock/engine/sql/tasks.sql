@@ -249,20 +249,22 @@ INSERT INTO skiplock.task_events (task_id, seq, type, lease_token, attempt, data
     FROM claimed
 
 -- name: task_claim
--- The claimed tasks, the columns of model.ClaimedTask in its order, then one summary row (id
--- NULL): `attempt` holds the number of tasks parked, `lease_token` 1 if a group of limited tasks
--- may have work (task_claim_limited has something to look at), `waited_seconds` the number of
--- queues left out because every lane was taken.
+-- The claimed tasks, then one summary row. Each row has the columns of model.ClaimedTask in its
+-- order (NULL in the summary row), then those of store/tasks.py's ClaimSummary (NULL in a task's row):
+-- `parked`, the tasks parked; `limited_work`, whether a group of limited tasks may have work
+-- (task_claim_limited has something to look at); `crowded_queues`, the queues left out because
+-- every lane was taken. One result, not two statements: the summary reads this statement's CTEs.
 WITH {{_claim_ctes}}
 -- in claim order (the UPDATE returns them in the order of their ctids); the summary row last
 (SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
-        trace_context
+        trace_context, NULL::integer AS parked, NULL::boolean AS limited_work, NULL::integer AS crowded_queues
  FROM claimed
  ORDER BY priority DESC, run_after, id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM parked)::integer,
-       (EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained))::integer, NULL,
-       (SELECT count(*) FROM claimed_queues WHERE lane = 'crowded')::float8, NULL, NULL;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT count(*) FROM parked)::integer,
+       EXISTS (SELECT FROM skiplock.limit_groups WHERE NOT drained),
+       (SELECT count(*) FROM claimed_queues WHERE lane = 'crowded')::integer;
 
 -- name: limit_group_lock
 -- The first statement of a claim of limited tasks, in its transaction: lock the groups to look at,
@@ -285,8 +287,9 @@ FOR UPDATE SKIP LOCKED;
 -- `limit`. A group without a limit row (deleted since its tasks were parked) is not held back.
 -- Each group visited moves to the back of the rotation, unless it had room and the round robin
 -- left its tasks for the next claim; one that had room and no parked task is marked drained.
--- Returns the tasks, then a summary row (id NULL): `waited_seconds` holds the seconds until the
--- first throttled bucket has a token again (NULL: none is waiting for tokens).
+-- Returns the tasks, then a summary row, as task_claim does (the summary's column is that of
+-- store/tasks.py's LimitedClaimSummary): `token_wait_seconds`, the seconds until the first
+-- throttled bucket has a token again (NULL: none is waiting for tokens).
 WITH visit AS MATERIALIZED (
     SELECT v.turn, g.kind, g.concurrency_key, g.tokens, g.tokens_at, l.concurrency,
            l.rate_count / l.rate_seconds AS rate,
@@ -372,14 +375,13 @@ WITH visit AS MATERIALIZED (
                                     AND t.kind = r.kind AND t.concurrency_key = r.concurrency_key)
     FROM tally AS r
     WHERE g.kind = r.kind AND g.concurrency_key = r.concurrency_key
-    RETURNING g.kind
 )
 SELECT id, kind, queue, payload, attempts AS attempt, lease_token, cursor, waited_seconds, limited,
-       trace_context
+       trace_context, NULL::float8 AS token_wait_seconds
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM visited)::integer, NULL, NULL,
-       (SELECT min((1 - r.tokens_now) / r.rate) FROM room AS r WHERE r.tokens_now < 1), NULL, NULL;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min((1 - r.tokens_now) / r.rate) FROM room AS r WHERE r.tokens_now < 1);
 
 -- name: task_heartbeat
 -- Renews every claim this worker still holds in one statement. A claim missing from the result

@@ -7,6 +7,8 @@ It runs no statement of its own: it reads the cursors the table groups ran.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,3 +60,28 @@ def rows_as(statement: str, row_type: type, cursor: psycopg.Cursor) -> list:
         make = _MAKERS[statement, row_type] = row_maker(statement, row_type,
                                                         [c.name for c in cursor.description])
     return list(map(make, rows))
+
+
+# {(statement, row type, summary type): (the row type's column count, its maker, the summary's maker)}
+_SPLIT_MAKERS: dict[tuple[str, type, type], tuple[int, Callable[[tuple], Any], Callable[[tuple], Any]]] = {}
+
+
+def rows_and_summary(statement: str, row_type: type, summary_type: type, cursor: psycopg.Cursor) -> tuple[list, Any]:
+    """The rows of `cursor` (which ran `statement`) as `row_type`, and its last row, the summary,
+    as `summary_type`. Every row has `row_type`'s columns, then `summary_type`'s: a claim returns
+    its tasks and what it saw in one result (the summary reads the statement's CTEs)."""
+    rows = cursor.fetchall()
+    makers = _SPLIT_MAKERS.get((statement, row_type, summary_type))
+    if makers is None:
+        columns = [c.name for c in cursor.description]
+        n = len(columns) - len(row_fields(summary_type))
+        make = row_maker(statement, row_type, columns[:n])
+        if make is getattr(row_type, "_make", None):
+            # every field, by position: the tuple is built in C, with no Python call per row
+            # (_make's length check holds by construction: each row is cut to n columns)
+            make = functools.partial(tuple.__new__, row_type)
+        makers = _SPLIT_MAKERS[statement, row_type, summary_type] = (
+            n, make, row_maker(statement, summary_type, columns[n:]))
+    n, make, make_summary = makers
+    summary = make_summary(rows.pop()[n:])
+    return list(map(make, map(operator.itemgetter(slice(0, n)), rows))), summary

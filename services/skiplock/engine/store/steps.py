@@ -15,9 +15,14 @@ from typing import Any
 
 import psycopg
 
+from ..errors import DatabaseUnavailable
 from ..model import Signal, StepRecord
 from .connection import jsonb
 from .database import Database
+
+
+class StepRowLocked(DatabaseUnavailable):
+    """A step's record waited too long for its task's row."""
 
 
 class StepStore:
@@ -42,6 +47,21 @@ class StepStore:
         params = dict(task_id=task_id, token=token, attempt=attempt, position=position, name=name,
                       occurrence=occurrence, type=type_, result=jsonb(result))
         return bool(self._on(conn, "task_step_record", params))
+
+    def task_step_record_guarded(self, task_id: uuid.UUID, token: int, attempt: int, position: int, name: str,
+                                 occurrence: int, type_: str, result: Any) -> bool:
+        """task_step_record in a transaction of its own that waits at most 5 s for the task's
+        row (engine/sql/steps.sql, task_step_lock_timeout says why); StepRowLocked past that."""
+        with self.db.connection() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(self.db.sql["task_step_lock_timeout"])
+                    return self.task_step_record(conn, task_id, token, attempt, position, name, occurrence,
+                                                 type_, result)
+            except psycopg.errors.LockNotAvailable:
+                raise StepRowLocked("the task's row stayed locked for 5 s while a step was recorded: this run's own "
+                                    "transaction holds it if it enqueued a child that depends on the running task "
+                                    "outside a step (enqueue it inside the step)") from None
 
     def task_step_resolve(self, conn: psycopg.Connection | None, task_id: uuid.UUID, token: int,
                           position: int, result: Any) -> bool:
@@ -69,9 +89,6 @@ class StepStore:
     def task_wake_due(self, limit: int = 1000) -> int:
         """Queue suspended tasks whose time came; returns how many."""
         return self.db.fetch("task_wake_due", {"limit": limit, "channel": self.db.channel})[0][0]
-
-    def task_next_wake(self) -> dt.datetime | None:
-        return self.db.fetch("task_next_wake", {})[0][0]
 
     # -- signals
     def signal_try_lock(self, conn: psycopg.Connection, name: str) -> bool:

@@ -22,7 +22,7 @@ from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim,
 from .. import queries
 from .connection import jsonb
 from .database import Database
-from .rows import rows_as
+from .rows import rows_and_summary
 from .task_inserts import task_insert
 from .translation import translated_errors
 
@@ -42,6 +42,20 @@ class ReclaimedTask(NamedTuple):
     kind: str
     attempts: int
     error: str | None
+
+
+class ClaimSummary(NamedTuple):
+    """task_claim's summary row: what the claim saw besides the tasks it leased."""
+
+    parked: int          # tasks of limited kinds it parked instead of claiming
+    limited_work: bool   # a group of parked tasks may have work (task_claim_limited has something to look at)
+    crowded_queues: int  # queues left out: every claim lane was taken
+
+
+class LimitedClaimSummary(NamedTuple):
+    """task_claim_limited's summary row."""
+
+    token_wait_seconds: float | None  # until the first throttled bucket has a token (None: none waits)
 
 
 def settle_params(settlements: Sequence[Settlement]) -> dict:
@@ -110,13 +124,12 @@ class TaskStore:
         are read for that). A claimed task without max_attempts of its own gets its kind's from
         `kind_max_attempts` ({kind: max_attempts}). `lanes` (0: no bound): a queue whose that many
         claim lanes are all held by other claims is left out (Claim.crowded counts them)."""
-        rows = self.db.fetch_as("task_claim", dict(queues=list(queues), limit=limit, owner=owner,
-                                                   lease_seconds=lease_seconds, park_limit=park_limit,
-                                                   kind_max_attempts=jsonb(kind_max_attempts), lanes=lanes),
-                                ClaimedTask, pool=self.db.claim_pool)
-        summary = rows.pop()  # the last row: id NULL, the parked count, the limited-work flag, the crowded queues
-        return Claim(rows, parked=summary.attempt, limited_work=bool(summary.lease_token),
-                     crowded=int(summary.waited_seconds))
+        with self.db.connection(pool=self.db.claim_pool) as conn:
+            cursor = conn.execute(self.db.sql["task_claim"], dict(
+                queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds, park_limit=park_limit,
+                kind_max_attempts=jsonb(kind_max_attempts), lanes=lanes))
+            rows, summary = rows_and_summary("task_claim", ClaimedTask, ClaimSummary, cursor)
+        return Claim(rows, parked=summary.parked, limited_work=summary.limited_work, crowded=summary.crowded_queues)
 
     def task_claim_limited(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
                            kind_max_attempts: Mapping[str, int] | None = None, groups: int | None = None
@@ -133,9 +146,8 @@ class TaskStore:
                 kinds=[k for k, _ in locked], keys=[c for _, c in locked], queues=list(queues),
                 limit=limit, owner=owner, lease_seconds=lease_seconds,
                 kind_max_attempts=jsonb(kind_max_attempts)))
-            rows = rows_as("task_claim_limited", ClaimedTask, cursor)
-        summary = rows.pop()  # id NULL: the seconds until a throttled bucket has a token
-        return Claim(rows, limited_work=True, wake_in=summary.waited_seconds)
+            rows, summary = rows_and_summary("task_claim_limited", ClaimedTask, LimitedClaimSummary, cursor)
+        return Claim(rows, limited_work=True, wake_in=summary.token_wait_seconds)
 
     def task_heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
         """Renew claims; returns {task id: state} for the claims still held ('busy': held, but

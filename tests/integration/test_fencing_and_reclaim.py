@@ -1,4 +1,4 @@
-"""Fenced writes and the reaper, statement by statement."""
+"""Fenced writes and the reclaim, statement by statement."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_stale_token_cannot_complete_heartbeat_or_release(store: Store, db_url, 
     assert store.tasks.task_settle([Settlement(task_id, task.lease_token, "failed", error="late")]) == {}
 
 
-def test_reaper_requeues_expired_claims_without_consuming_the_attempt(store: Store, db_url, db):
+def test_reclaim_requeues_expired_claims_without_consuming_the_attempt(store: Store, db_url, db):
     task_id = skiplock.enqueue(db_url, "t.noop", {})
     (first,) = store.tasks.task_claim(["default"], 1, "a", 30)
     _expire(db, task_id)
@@ -67,7 +67,7 @@ def test_expired_cancelling_claim_becomes_cancelled(store: Store, db_url, db):
     assert [r[:3] for r in store.tasks.task_reclaim_expired(max_reclaims=10)] == [(task_id, "default", "cancelled")]
 
 
-def test_two_reapers_never_reclaim_the_same_row(store: Store, db_url, db):
+def test_two_reclaims_never_take_the_same_row(store: Store, db_url, db):
     skiplock.enqueue_many(db_url, "t.noop", [{}] * 300)
     store.tasks.task_claim(["default"], 300, "a", 30)
     db.execute("UPDATE skiplock.tasks SET lease_until = now() - interval '1 second'")

@@ -1,12 +1,14 @@
-"""Admission limits of the API, per gunicorn worker process: a token's submission rate (a token
+"""Admission bounds of the API, per gunicorn worker process: a token's submission rate (a token
 bucket per token name) and concurrency, the room for large request bodies (bodies whose
 parsing costs several times their size in memory), and the long-polls held at once (each holds a
-request thread and a database connection). A full limit answers 429 with Retry-After, before the
+request thread and a database connection). A full bound answers 429 with Retry-After, before the
 body is read or the wait begins.
 
 State lives in this process only. Sharing it across workers would need a lock or counters that a
 worker killed mid-request could leave held, or a database round trip per submission; the pod's
-effective limit is the per-worker value times its workers (docs/OPERATIONS.md).
+effective bound is the per-worker value times its workers (docs/OPERATIONS.md).
+
+(Bounds, not limits: a limit is a task limit of one kind, engine/limits.py.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class _Bucket:
         self.tokens, self.stamp, self.running = tokens, stamp, 0
 
 
-class Limits:
+class AdmissionBounds:
     """Owns every counter; request threads call `admit()` and `large_body()` and call the
     release they got back when the request ends."""
 
@@ -71,12 +73,12 @@ class Limits:
 
         return release
 
-    def is_large(self, content_length: int | None, limit: int) -> bool:
+    def is_large(self, content_length: int | None, max_bytes: int) -> bool:
         """A body that may exceed the large-body size: by its Content-Length, or by the route's
-        limit when it has none (chunked)."""
-        if content_length is not None and content_length > limit:
+        largest body (`max_bytes`) when it has none (chunked)."""
+        if content_length is not None and content_length > max_bytes:
             return False  # refused 413 before it is read
-        return (content_length if content_length is not None else limit) > self.large_body_bytes
+        return (content_length if content_length is not None else max_bytes) > self.large_body_bytes
 
     def large_body(self) -> Callable[[], None]:
         """Take room for one large body or raise TooManyRequests; returns its release."""
