@@ -45,9 +45,10 @@ def all_final(db, ids) -> bool:
     return sum(n for state, n in states(db, ids).items() if state in FINAL) == len(ids)
 
 
-def calls_beyond_once(db, kind: str) -> list[tuple]:
-    """Tasks of `kind` whose step functions ran more often than once per step plus once per
-    reclaim: (id, reclaims, calls, steps recorded)."""
+def step_calls(db, kind: str) -> list[tuple]:
+    """(id, reclaims, calls of its step functions, steps recorded) of every task of `kind`: a
+    step's function runs again only when its run was lost before the record committed, so
+    calls - steps <= reclaims."""
     return db.execute("""
         SELECT t.id, t.reclaims, (SELECT count(*) FROM public.executions e WHERE e.task_id = t.id) AS calls,
                (SELECT count(*) FROM skiplock.task_steps s WHERE s.task_id = t.id AND s.type = 'step') AS steps
@@ -79,7 +80,7 @@ def test_step_transaction_rows_commit_exactly_once_while_workers_are_killed(db_u
                   (ROW_STEPS,)) == ROW_TASKS * ROW_STEPS
     assert scalar(db, "SELECT count(*) FROM skiplock.task_steps") == ROW_TASKS * ROW_STEPS
     # a killed worker's step ran again after the reclaim, and only then
-    rows = calls_beyond_once(db, "d.rows")
+    rows = step_calls(db, "d.rows")
     assert [r for r in rows if r[2] - r[3] > r[1]] == []
     reclaims = sum(r[1] for r in rows)
     repeated = sum(r[2] - r[3] for r in rows)
@@ -96,11 +97,11 @@ def test_a_step_function_runs_at_most_once_per_reclaim_while_workers_are_killed(
     wait_for(lambda: all_final(db, ids), 60, interval=0.2, message="every task final")
     assert kills >= 2
     assert states(db, ids) == {"completed": len(ids)}
-    rows = calls_beyond_once(db, "d.steps")
+    rows = step_calls(db, "d.steps")
     assert all(r[3] == 4 for r in rows)
     assert [r for r in rows if r[2] - r[3] > r[1]] == [], "a step ran again without a reclaim"
     # each step's function ran at least once, and its recorded result is what the handler returned
-    for task_id, result in db.execute("SELECT id, result FROM skiplock.tasks WHERE id = ANY(%s)", (ids,)):
+    for (result,) in db.execute("SELECT result FROM skiplock.tasks WHERE id = ANY(%s)", (ids,)):
         assert [r["step"] for r in result["results"]] == ["s0", "s1", "s2", "s3"]
     print(f"\nreplay: {len(ids)} tasks, {kills} kills, {sum(r[1] for r in rows)} reclaims, "
           f"{sum(r[2] - r[3] for r in rows)} step calls repeated")
