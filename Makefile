@@ -68,12 +68,14 @@ tools:
 	@scripts/install-test-tools
 
 ## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop, then the cost
-## of flow control (a drain with and without limits) and of a fan-in to its parents; reports only, each on a throwaway Postgres with
+## of flow control (a drain with and without limits), of a fan-in to its parents, and durable steps
+## side by side with DBOS Transact's; reports only, each on a throwaway Postgres with
 ## default settings (autovacuum on) unless SKIPLOCK_TEST_DATABASE_URL names one
 bench: lock-check $(BENCH_STAMP)
 	$(PY) -m tests.benchmarks.run
 	$(PY) -m tests.benchmarks.flow_control
 	$(PY) -m tests.benchmarks.workflows
+	$(PY) -m tests.benchmarks.durable
 
 ## soak: 30 minutes at 60 % of one worker's measured drain rate, on a Postgres of its own with the
 ## default settings (autovacuum on); a table per minute, exit 1 if throughput, p99 or size drift

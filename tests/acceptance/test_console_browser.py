@@ -5,7 +5,8 @@ numbers, filtering to a failed task, resuming it and watching the page reach `co
 itself, pausing a queue and a schedule and firing the schedule by hand, the overview's throughput
 chart, a new task appearing on the overview without a reload,
 the webhooks and the worker in the registry, cancelling and purging the tasks of a filter,
-retrying ticked tasks (the ticks kept across a live refresh), a
+retrying ticked tasks (the ticks kept across a live refresh), sending a signal (a bad payload
+refused in the page first), a
 reader without buttons whose forged POST is refused, and a POST without its CSRF token. Every
 request stays on the server and no page logs an error. Every page is screenshotted into the
 test's tmp dir and checked with axe (no serious or critical violation).
@@ -236,6 +237,25 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
                       "WHERE action = 'task.retry_many'").fetchall() == [("admin-bot", "task.retry_many", "ok", "2")]
     shots.check(page, "tasks-retried")
 
+    # a signal sent from its page: a payload that is not JSON is refused in the page (what was typed
+    # kept), then it is sent and listed
+    page.click("nav >> text=Signals")
+    page.wait_for_url(f"{base}/ui/signals")
+    page.fill("input[name=name]", "nightly.done")
+    page.fill("textarea[name=payload]", "{nope")
+    with page.expect_response(f"{base}/ui/signals") as refused:
+        page.click("button:text('Send signal')")
+    assert refused.value.status == 400
+    expect(page.get_by_role("alert")).to_contain_text("payload is not valid JSON")
+    expect(page.locator("input[name=name]")).to_have_value("nightly.done")
+    page.fill("textarea[name=payload]", '{"ok": true}')
+    page.click("button:text('Send signal')")
+    expect(page.get_by_role("status")).to_have_text("Sent nightly.done: 0 task(s) woken.")
+    expect(page.locator('tr[data-signal="nightly.done"] [data-field="payload"]')).to_have_text('{"ok":true}')
+    shots.check(page, "signals")
+    assert db.execute("SELECT outcome FROM skiplock.audit_log WHERE action = 'signal.send' ORDER BY id").fetchall() \
+        == [("request.invalid",), ("ok",)]
+
     # a POST without its CSRF token is refused, even with a valid session
     assert page.request.post(f"{base}/ui/queues/bulk/pause", form={}).status == 403
 
@@ -255,8 +275,9 @@ def test_the_console_in_a_browser(browser, processes, db_url, db, tmp_path):
 
     assert requested and [url for url in requested if not url.startswith(f"{base}/")] == []
     assert f"{base}/ui/static/console.js" in requested and f"{base}/ui/static/console.css" in requested
-    # the only errors logged: the answers refused on purpose (the bad token's 401, the forged POSTs' 403)
-    assert [e for e in errors if "status of 401" not in e and "status of 403" not in e] == []
+    # the only errors logged: the answers refused on purpose (the bad token's 401, the forged POSTs'
+    # 403, the signal's bad payload's 400)
+    assert [e for e in errors if not any(f"status of {n}" in e for n in (400, 401, 403))] == []
     print("screenshots:", *shots.saved, sep="\n  ")
     assert all(p.stat().st_size > 0 for p in shots.saved)
     admin.close()

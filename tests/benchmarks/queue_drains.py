@@ -68,6 +68,7 @@ class Databases:
         self.server_url = server_url
         self.made: list[str] = []
         self.templates: dict[tuple[int, tuple[str, ...]], str] = {}
+        self.created = 0
 
     def _admin(self, statement: sql.Composable) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
@@ -78,9 +79,7 @@ class Databases:
         (as autovacuum leaves a table after a bulk load); made once per size."""
         key = (n, tuple(queues))
         if key not in self.templates:
-            name = f"bench_tpl_{os.getpid()}_{len(self.templates)}"
-            self._admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            self.made.append(name)
+            name = self.create()
             url = url_with_db(self.server_url, name)
             started = time.monotonic()
             migrate.apply(url)
@@ -92,6 +91,14 @@ class Databases:
                   file=sys.stderr)
             self.templates[key] = name
         return self.templates[key]
+
+    def create(self) -> str:
+        """A new empty database (dropped at the end): its name."""
+        self.created += 1
+        name = f"bench_tpl_{os.getpid()}_{self.created}"
+        self._admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.made.append(name)
+        return name
 
     def url(self, name: str) -> str:
         return url_with_db(self.server_url, name)
@@ -139,13 +146,16 @@ class Workers:
         full.update({"SKIPLOCK_DATABASE_URL": url, "SKIPLOCK_METRICS_PORT": "0", "SKIPLOCK_LOG_LEVEL": "WARNING",
                      "PYTHONPATH": os.pathsep.join((str(REPO_ROOT / "services"), str(REPO_ROOT))),  # this checkout's code
                      "PYTHONUNBUFFERED": "1", **(env or {})})
+        return self.start([sys.executable, "-m", "skiplock.cli", "worker", "--tasks",
+                           "tests.benchmarks.handlers_skiplock", "--queues", ",".join(queues),
+                           "--concurrency", str(concurrency)], full)
+
+    def start(self, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
+        """Any worker process (another system's too), stopped and checked like skiplock's."""
         log = self.logs / f"worker-{len(self.procs)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "skiplock.cli", "worker", "--tasks", "tests.benchmarks.handlers_skiplock",
-                 "--queues", ",".join(queues), "--concurrency", str(concurrency)],
-                cwd=REPO_ROOT, env=full, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+            proc = subprocess.Popen(list(argv), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         proc.log = log  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc

@@ -1,4 +1,5 @@
-"""The scheduler's maintenance services, `run_once()` against crafted rows."""
+"""The scheduler's maintenance services, `run_once()` against crafted rows (and, for the
+suspended tasks' gauge, rows a real worker's runs wrote)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from skiplock.engine.metrics import Metrics
 from skiplock.engine.store import Store
 from skiplock.engine.reclaim import Reclaimer
 from skiplock.scheduler.maintenance import QueueGauges, Retention
+from tests.integration.test_durable import worker  # noqa: F401 (fixture)
 from tests.support.harness import metric
+from tests.support.suspended import rounds_until, suspend_one_of_each
 
 
 def _set(db, task_id, sql: str) -> None:
@@ -143,3 +146,29 @@ def test_gauges_count_only_what_is_claimable_now(store: Store, db_url, db):
     assert metric(samples, "skiplock_queue_oldest_pending_age_seconds", queue="main") == 0
     assert metric(samples, "skiplock_queue_tasks", queue="work", state="running") == 0
     assert metric(samples, "skiplock_queue_tasks", queue="work", state="completed") == 1
+
+
+def test_suspended_tasks_are_counted_by_reason_and_as_waiting(store: Store, db_url, db, worker):
+    ids = suspend_one_of_each(worker, db_url, db)  # one of each reason, and a dependent of depends_on
+    second = skiplock.enqueue(db_url, "d.signal", {"name": "order-1.confirmed"})
+    children = [row[0] for row in db.execute("SELECT id FROM skiplock.tasks WHERE kind = 'd.child' "
+                                              "AND waiting_on = 0").fetchall()]
+    # a second waiter of the signal; the children of the "tasks" one complete, which queues it
+    rounds_until(worker, db, [second], ("waiting",))
+    rounds_until(worker, db, children, ("completed",))
+    metrics = Metrics()
+    gauges = QueueGauges(store, metrics)
+    assert gauges.run_once()["default"]["suspended"] == {"sleep": 1, "signal": 2}
+    samples = dict(_samples(metrics))
+    assert {reason: metric(samples, "skiplock_queue_suspended_tasks", queue="default", reason=reason)
+            for reason in ("sleep", "signal", "tasks")} == {"sleep": 1, "signal": 2, "tasks": 0}
+    # suspended or not, a waiting task is counted waiting: 3 suspended, the dependent of depends_on
+    assert metric(samples, "skiplock_queue_tasks", queue="default", state="waiting") == 4
+    # one send wakes both waiters
+    skiplock.send_signal(db_url, "order-1.confirmed", {})
+    gauges.run_once()
+    samples = dict(_samples(metrics))
+    assert metric(samples, "skiplock_queue_suspended_tasks", queue="default", reason="signal") == 0
+    assert metric(samples, "skiplock_queue_suspended_tasks", queue="default", reason="sleep") == 1
+    assert metric(samples, "skiplock_queue_tasks", queue="default", state="waiting") == 2
+    assert ids["sleep"] in {str(r[0]) for r in db.execute("SELECT id FROM skiplock.tasks WHERE state = 'waiting'")}

@@ -41,8 +41,8 @@ log = logging.getLogger("skiplock.api")
 
 # One blueprint per resource, in the order the document lists them; adding a resource is one
 # more name here (its module defines `bp`).
-RESOURCES = ("index", "health", "openapi", "tasks", "queues", "kinds", "flow_control", "schedules", "webhooks",
-             "deliveries", "audit", "workers")
+RESOURCES = ("index", "health", "openapi", "tasks", "steps", "signals", "queues", "kinds", "flow_control",
+             "schedules", "webhooks", "deliveries", "audit", "workers")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..engine.model import ON_PARENT_FAILURE, STATES, AuditEntry, Task, TaskEvent
+from ..engine.durable import MAX_NAME, SUSPENDED_REASONS
+from ..engine.excerpts import json_excerpt
+from ..engine.model import ON_PARENT_FAILURE, STATES, AuditEntry, Signal, StepRecord, Task, TaskEvent
 from ..engine.schedules import CATCHUP_POLICIES, OVERLAP_POLICIES, ScheduleStatus
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, JsonValue, Name, Number, Object, String, Uuid
 
@@ -35,6 +37,41 @@ ERROR = Object({
 RELATIVES_SHOWN = 100
 
 
+def waiting_for(task: Task) -> dict | None:
+    """What a waiting task waits for (null for any other state): a suspended one's sleep, signal
+    or tasks (durable execution), else the parents of its depends_on."""
+    if task.state != "waiting":
+        return None  # a run keeps the columns until its outcome: read only while waiting
+    if task.suspended == "sleep":
+        return {"reason": "sleep", "until": iso(task.wake_at)}
+    if task.suspended == "signal":
+        return {"reason": "signal", "signal": task.awaited_signal, "timeout_at": iso(task.wake_at)}
+    return {"reason": "tasks" if task.suspended == "tasks" else "parents", "count": task.waiting_on}
+
+
+def waiting_text(waiting: dict | None) -> str:
+    """`waiting_for` in words, as the CLI's tables and the console's pages show it."""
+    if not waiting:
+        return ""
+    if waiting["reason"] == "sleep":
+        return f"sleeping until {waiting['until']}"
+    if waiting["reason"] == "signal":
+        timeout = f" (timeout {waiting['timeout_at']})" if waiting["timeout_at"] else ""
+        return f"waiting for signal {waiting['signal']}{timeout}"
+    count, noun = waiting["count"], waiting["reason"]  # tasks | parents
+    return f"waiting for {count} {noun if count != 1 else noun[:-1]}"
+
+
+WAITING_FOR = Object({
+    "reason": String("sleep (ctx.sleep), signal (ctx.wait_for_signal), tasks (ctx.wait_for_tasks), or parents "
+                     "(a dependent of depends_on).", enum=(*SUSPENDED_REASONS, "parents")),
+    "until": DateTime("sleep: when it is queued again (the database's clock)."),
+    "signal": String("signal: the signal's name."),
+    "timeout_at": DateTime("signal: when the wait gives up (it returns None); null: never.", nullable=True),
+    "count": Integer("tasks, parents: how many of them are not final yet."),
+}, "What a `waiting` task waits for; null in any other state.", required=("reason",), nullable=True)
+
+
 def task_json(task: Task, *, parents: list | None = None, children: list | None = None) -> dict:
     """A task; with `parents` and `children` (ids, read with up to RELATIVES_SHOWN + 1 of each:
     the extra one only says there are more), its relatives too, as the single-task view shows them."""
@@ -50,6 +87,7 @@ def task_json(task: Task, *, parents: list | None = None, children: list | None 
         "created_at": iso(task.created_at), "updated_at": iso(task.updated_at),
         "started_at": iso(task.started_at), "finished_at": iso(task.finished_at),
         "waiting_on": task.waiting_on, "on_parent_failure": task.on_parent_failure,
+        "waiting_for": waiting_for(task),
     }
     for name, ids in (("parents", parents), ("children", children)):
         if ids is not None:
@@ -90,6 +128,7 @@ TASK = Object({
     "waiting_on": Integer("Parents not final yet: a `waiting` task is queued when this reaches 0."),
     "on_parent_failure": String("What a parent ending failed or cancelled does to it: `cancel` it, or let it "
                                 "`run` once every parent is final.", enum=ON_PARENT_FAILURE),
+    "waiting_for": WAITING_FOR,
     "parents": Array(Uuid(), f"The tasks it depends on (depends_on), in id order: at most {RELATIVES_SHOWN}. "
                              "Only in the single-task view (GET /v1/tasks/{id})."),
     "parents_truncated": Boolean(f"true: it has more than {RELATIVES_SHOWN} parents."),
@@ -111,6 +150,52 @@ EVENT = Object({
     "data": JsonValue("retrying and failed: `error`, and `traceback` when the handler raised (bounded as "
                       "a task's last_error_traceback); retrying: `delay`."),
 }, required=("seq", "type", "at"))
+
+
+# ---- durable execution: a task's steps, signals ---------------------------------------------------
+
+# a JSON value's excerpt (a step's result, a signal's payload) in the CLI's tables and on the
+# console's pages, in printable characters: the API gives the value whole
+EXCERPT_CHARS = 128
+
+
+def value_excerpt(value) -> str:
+    return json_excerpt(value, EXCERPT_CHARS)
+
+
+def step_json(step: StepRecord) -> dict:
+    return {"position": step.position, "name": step.name, "occurrence": step.occurrence, "type": step.type,
+            "result": step.result, "lease_token": step.lease_token, "attempt": step.attempt,
+            "recorded_at": iso(step.recorded_at)}
+
+
+def step_label(step: dict) -> str:
+    """name, or name#occurrence from the second call of a name on (`email`, then `email#2`)."""
+    return step["name"] if step["occurrence"] == 1 else f"{step['name']}#{step['occurrence']}"
+
+
+STEP = Object({
+    "position": Integer("Its place in the handler's calls, from 1."),
+    "name": String(max_length=MAX_NAME),
+    "occurrence": Integer("1 for the name's first call in a run, 2 for the next (`email`#2), ..."),
+    "type": String("step: ctx.step or step_transaction; sleep, signal, tasks: a wait, recorded when it began.",
+                   enum=("step", *SUSPENDED_REASONS)),
+    "result": JsonValue("What the step returned, whole (at most SKIPLOCK_MAX_PAYLOAD_BYTES); a wait's record: "
+                        "its end, its signal, what it resolved to."),
+    "lease_token": Integer("The run that recorded it: its claim's lease token."),
+    "attempt": Integer("The run that recorded it: its attempt."),
+    "recorded_at": DateTime(),
+}, "One recorded call of a task's handler.", required=("position", "name", "occurrence", "type", "recorded_at"))
+
+
+def signal_json(signal: Signal) -> dict:
+    return {"name": signal.name, "payload": signal.payload, "sent_at": iso(signal.sent_at)}
+
+
+SIGNAL = Object({
+    "name": String(max_length=MAX_NAME), "payload": JsonValue("As the first send gave it."),
+    "sent_at": DateTime("When the first send was made (its transaction's start, on the database's clock)."),
+}, "A signal: the first send of its name.", required=("name", "sent_at"))
 
 
 # ---- schedules ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Each route declares where its reads may go (`reads="replica"` in its @operation;
 the primary), and this module applies the declaration to each request. The rule:
 
 - Replica: the GET routes that show what workers, schedulers and other clients change — tasks and
-  their events, queues and their throughput, schedules and their fires, flow-control limits,
+  their events and steps, signals, queues and their throughput, schedules and their fires, flow-control limits,
   workers, webhook endpoints, deliveries. A replica's copy, behind by its replication lag, serves them as well as
   the primary's: the state they show changes under the reader anyway.
 - Primary, always: every write, and every read made in a write's transaction (a submission's

@@ -16,12 +16,12 @@ import sys
 
 from ..engine.errors import ConfigError, DatabaseUnavailable, SkiplockError
 from ..engine.version import package_version
-from . import audit, dev, limits, migrate, queues, roles, schedules, tasks, tokens, webhooks, workers
+from . import audit, dev, limits, migrate, queues, roles, schedules, signals, tasks, tokens, webhooks, workers
 
 # in the order `skiplock --help` lists them
 ADD_PARSERS = (migrate.add_parsers, roles.add_parsers, webhooks.add_parsers, schedules.add_parsers,
-               workers.add_parsers, tasks.add_parsers, queues.add_parsers, audit.add_parsers, limits.add_parsers,
-               tokens.add_parsers, dev.add_parsers, tasks.add_enqueue_parser)
+               workers.add_parsers, tasks.add_parsers, signals.add_parsers, queues.add_parsers, audit.add_parsers,
+               limits.add_parsers, tokens.add_parsers, dev.add_parsers, tasks.add_enqueue_parser)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""`skiplock tasks list|show|wait|events|cancel|resume|retry` and `skiplock enqueue`.
+"""`skiplock tasks list|show|wait|events|steps|cancel|resume|retry` and `skiplock enqueue`.
 
 They read SKIPLOCK_DATABASE_URL like every command and run what the API's routes run: the same
 validation of filters (the routes' declared fields), the same store calls and the same audit rows
@@ -43,6 +43,10 @@ def add_parsers(sub) -> None:
         a = tks.add_parser(action, parents=[out], help="one task, with its parents and children" if action == "show"
                            else "a task's events")
         a.add_argument("id")
+    st = tks.add_parser("steps", parents=[out], help="a task's step log (durable execution), in call order")
+    st.add_argument("id")
+    st.add_argument("--after", default="0", help="only the steps after this position (the next page)")
+    st.add_argument("--limit", default="100", help="steps per page, 1-500 (default 100)")
     wt = tks.add_parser("wait", parents=[out], help="wait until a task is final and show it; exit 1 on timeout")
     wt.add_argument("id")
     wt.add_argument("--timeout", default=str(WAIT_DEFAULT_SECONDS),
@@ -140,6 +144,9 @@ def _plan(args, settings: Settings):
     if args.command == "tasks" and args.action == "wait":
         return _wait(args, settings)
 
+    if args.command == "tasks" and args.action == "steps":
+        return _steps(args)
+
     if args.command == "tasks" and args.action in ("show", "events"):
         def show(store):
             if args.action == "show":
@@ -198,6 +205,29 @@ def _wait(args, settings: Settings):
     return waited
 
 
+def _steps(args):
+    """`tasks steps ID`: GET /v1/tasks/{id}/steps' answer, one row per step, its result excerpted."""
+    from ..api import render
+    from ..api.listings import STEP_LIST_QUERY, step_listing
+    from ..api.schema import Uuid
+
+    task_id = Uuid().from_text(args.id, "id")
+    q = query(STEP_LIST_QUERY, {"after": args.after, "limit": args.limit}, {})
+
+    def table(body):
+        print_table(("POS", "STEP", "TYPE", "ATTEMPT", "RUN", "RECORDED (UTC)", "RESULT"),
+                    [(str(s["position"]), render.step_label(s), s["type"], str(s["attempt"]), str(s["lease_token"]),
+                      cell(s["recorded_at"]), render.value_excerpt(s["result"])) for s in body["steps"]],
+                    "no steps")
+        if body["next_after"] is not None:
+            print(f"more: --after {body['next_after']}")
+
+    def steps(store):
+        body = step_listing(store, task_id, q["after"], q["limit"])
+        return body, lambda: table(body)
+    return steps
+
+
 def _task_action(args):
     """cancel, resume or retry: one task by id, or with --all the tasks of a filter."""
     from ..api import render
@@ -238,8 +268,11 @@ def _task_action(args):
 
 
 def _tasks_table(body: dict) -> None:
+    from ..api.render import waiting_text
+
     page_table(("ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "CREATED (UTC)", "LAST ERROR"),
-                [(t["id"], t["kind"], t["queue"], t["state"],
+                [(t["id"], t["kind"], t["queue"],
+                  f"{t['state']} ({waiting_text(t['waiting_for'])})" if t["waiting_for"] else t["state"],
                   f"{t['attempts']}/{t['max_attempts']}" if t.get("max_attempts") else str(t["attempts"]),
                   cell(t["created_at"]), cell(t["last_error"])[:60]) for t in body["tasks"]],
                 "no tasks", body["next_cursor"])

@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 
 from ..engine.errors import DatabaseUnavailable, InvalidInput
+from ..engine.excerpts import excerpt
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
 from ..engine.retry import failures_after
@@ -76,8 +77,7 @@ def error_excerpt(body: bytes | str) -> str:
     """At most ERROR_EXCERPT_CHARS printable characters of a receiver's error body: control
     characters (newlines, escapes a terminal would obey) become spaces, runs of space one."""
     text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace") if isinstance(body, bytes) else body
-    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return text if len(text) <= ERROR_EXCERPT_CHARS else text[:ERROR_EXCERPT_CHARS - 3] + "..."
+    return excerpt(text, ERROR_EXCERPT_CHARS)
 
 
 def without_secrets(text: str, d: Delivery, target: Target | None = None) -> str:

@@ -17,6 +17,9 @@ MAX_NAME = 200
 # records (steps and waits) per task: a handler that loops forever on ctx.sleep should enqueue its
 # next round as a new task instead
 MAX_STEPS_PER_TASK = 10_000
+# why a suspended task waits (tasks.suspended, migration 0020): ctx.sleep, ctx.wait_for_signal,
+# ctx.wait_for_tasks
+SUSPENDED_REASONS = ("sleep", "signal", "tasks")
 
 
 def check_name(what: str, name: Any) -> str:

@@ -96,6 +96,10 @@ class Metrics:
             ["queue"], registry=r)
         self.queue_tasks = Gauge("skiplock_queue_tasks", "Tasks by queue and state.", ["queue", "state"],
                                  registry=r)
+        self.queue_suspended = Gauge("skiplock_queue_suspended_tasks",
+                                     "Waiting tasks suspended by durable execution, by why: sleep, signal, "
+                                     "tasks (also counted in skiplock_queue_tasks{state=\"waiting\"}).",
+                                     ["queue", "reason"], registry=r)
         self.queue_claimable = Gauge("skiplock_queue_claimable_tasks",
                                      "Tasks claimable now, not those a limit holds back (what a worker "
                                      "autoscaler should read).",

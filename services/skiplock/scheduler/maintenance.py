@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..engine.durable import SUSPENDED_REASONS
 from ..engine.metrics import Metrics
 from ..engine.model import STATES
 from ..engine.store import Store
@@ -95,11 +96,12 @@ class Retention:
 
 
 class QueueGauges:
-    """skiplock_queue_tasks{queue,state}, skiplock_queue_claimable_tasks{queue},
-    skiplock_queue_throttled_tasks{queue} and skiplock_queue_oldest_pending_age_seconds{queue},
-    refreshed from the database."""
+    """skiplock_queue_tasks{queue,state}, skiplock_queue_suspended_tasks{queue,reason},
+    skiplock_queue_claimable_tasks{queue}, skiplock_queue_throttled_tasks{queue} and
+    skiplock_queue_oldest_pending_age_seconds{queue}, refreshed from the database."""
 
     STATES = STATES  # every state, waiting included: a queue with none shows 0
+    REASONS = SUSPENDED_REASONS  # a suspended task is waiting too: counted in both
 
     def __init__(self, store: Store, metrics: Metrics):
         self.store, self.metrics = store, metrics
@@ -107,6 +109,9 @@ class QueueGauges:
 
     def run_once(self) -> dict[str, dict]:
         counts = self.store.tasks.queue_task_counts()
+        suspended: dict[str, dict[str, int]] = {}
+        for queue, reason, n in self.store.tasks.queue_suspended_counts():
+            suspended.setdefault(queue, {})[reason] = n
         paused_kinds = [name for scope, name, _ in self.store.tasks.pause_list() if scope == "kind"]
         claimable = self.store.tasks.queue_claimable(paused_kinds)
         by_queue: dict[str, dict] = {}
@@ -128,11 +133,14 @@ class QueueGauges:
             states = by_queue.get(queue, {})
             for state in self.STATES:
                 self.metrics.queue_tasks.labels(queue, state).set(states.get(state, 0))
+            for reason in self.REASONS:
+                self.metrics.queue_suspended.labels(queue, reason).set(suspended.get(queue, {}).get(reason, 0))
             n, age = ages.get(queue, (0, 0.0))
             self.metrics.queue_claimable.labels(queue).set(n)
             self.metrics.queue_throttled.labels(queue).set(throttled.get(queue, 0))
             self.metrics.queue_oldest_pending_age.labels(queue).set(age)
-        return {queue: {"tasks": by_queue.get(queue, {}), "claimable": ages.get(queue, (0, 0.0))[0],
+        return {queue: {"tasks": by_queue.get(queue, {}), "suspended": suspended.get(queue, {}),
+                        "claimable": ages.get(queue, (0, 0.0))[0],
                         "throttled": throttled.get(queue, 0),
                         "oldest_age": ages.get(queue, (0, 0.0))[1]} for queue in self._queues}
 

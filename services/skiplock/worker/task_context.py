@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import inspect
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ PARENTS_READ = 1000
 # (database, schema, queue, kind) this process registered in queue_kinds (ctx.enqueue); a set's
 # add and membership test are atomic, and a pair registered twice costs one statement
 _REGISTERED: set[tuple[str, str, str, str]] = set()
+# held while a run's DurableRun is made (once per run that uses durable execution)
+_MAKING = threading.Lock()
 
 
 class TaskContext:
@@ -252,8 +255,11 @@ class TaskContext:
 
     def _durable_run(self) -> DurableRun:
         if self._durable is None:
-            from ..enqueueing import _max_payload
-            self._durable = DurableRun(self._task, self._store, _max_payload(), lambda: self._open_tx is not None)
+            with _MAKING:  # two coroutines' first calls, each on a thread of its own, make one
+                if self._durable is None:
+                    from ..enqueueing import _max_payload
+                    self._durable = DurableRun(self._task, self._store, _max_payload(),
+                                               lambda: self._open_tx is not None)
         return self._durable
 
     @property

@@ -33,6 +33,7 @@ from ..auth import ANONYMOUS, rank
 from ..app_state import api
 from ..deliveries import DELIVERY_STATES
 from ..operations import SMALL_BODY
+from ..render import step_label, value_excerpt, waiting_text
 from ..schema import parse_query
 from .session import DISABLED, Sessions, cookie_options
 
@@ -49,6 +50,8 @@ REFRESH_SECONDS = 5
 THROUGHPUT_MINUTES = 60
 # The schedules page shows each schedule's last decisions, this many.
 FIRES_SHOWN = 5
+# A task's page shows its first steps (durable execution), this many.
+STEPS_SHOWN = 100
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -90,7 +93,7 @@ def install(app: Flask) -> None:
     app.after_request(_close)
     app.register_error_handler(SkiplockError, _skiplock_error)
     app.register_error_handler(HTTPException, _http_error)
-    app.jinja_env.filters["pretty"] = _pretty
+    app.jinja_env.filters.update(pretty=_pretty, waiting=waiting_text, excerpt=value_excerpt, step_label=step_label)
     app.context_processor(_page_globals)
 
 
@@ -188,15 +191,23 @@ def can(endpoint: str) -> bool:
     return principal is not None and (role is None or rank(principal.role) >= rank(role))
 
 
-def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None, body: dict | None = None) -> Any:
-    """Run the API view `endpoint` as the API would for this principal; its JSON answer.
-
-    Raises what the API would answer with (Forbidden, InvalidInput, TaskNotFound, ...)."""
+def declare(endpoint: str):
+    """The API view `endpoint`, its role checked for this principal (Forbidden); from here on a
+    refusal is audited, as the API's are (a form refused before the view runs, too)."""
     view = current_app.extensions[API_APP].view_functions[endpoint]
     op = view.operation
     if op.role is not None:
         api().auth.require(g.principal, op.role, f"{op.method} {op.rule}")
-    g.operation, g.audit = op, None  # from here on a refusal is audited, as the API's are
+    g.operation, g.audit = op, None
+    return view
+
+
+def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None, body: dict | None = None) -> Any:
+    """Run the API view `endpoint` as the API would for this principal; its JSON answer.
+
+    Raises what the API would answer with (Forbidden, InvalidInput, TaskNotFound, ...)."""
+    view = declare(endpoint)
+    op = view.operation
     args = {name: field.from_text(str((path or {})[name]), name) for name, field in op.path.items()}
     g.query = parse_query(op.query, query if query is not None else MultiDict())
     g.headers = dict.fromkeys(op.headers)
@@ -253,7 +264,7 @@ def overview():
                            states=STATES, throughput=throughput)
 
 
-def _listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]:
+def listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]:
     """A page of an API list view: its answer, the filters in force and the next page's URL
     (keyset paging with the API's own cursor)."""
     names = current_app.extensions[API_APP].view_functions[endpoint].operation.query
@@ -274,7 +285,7 @@ BULK_FILTERS = ("queue", "state", "kind", "created_after", "created_before")
 
 @bp.get("/tasks")
 def tasks():
-    page, filters, next_url = _listing("tasks.list_tasks", "console.tasks")
+    page, filters, next_url = listing("tasks.list_tasks", "console.tasks")
     done = request.args.get("changed", "")
     return render_template("tasks.html", tasks=page["tasks"], filters=filters, states=STATES, next_url=next_url,
                            bulk={name: filters[name] for name in BULK_FILTERS if name in filters},
@@ -285,12 +296,13 @@ def tasks():
 def task(task_id):
     found = call("tasks.get_task", {"task_id": task_id})
     events = call("tasks.task_events", {"task_id": task_id})["events"]
-    return render_template("task.html", task=found, events=events)
+    steps = call("steps.task_steps", {"task_id": task_id}, query=MultiDict({"limit": str(STEPS_SHOWN)}))
+    return render_template("task.html", task=found, events=events, steps=steps)
 
 
 @bp.get("/audit")
 def audit():
-    page, filters, next_url = _listing("audit.list_audit", "console.audit")
+    page, filters, next_url = listing("audit.list_audit", "console.audit")
     return render_template("audit.html", entries=page["entries"], filters=filters, next_url=next_url)
 
 
@@ -314,7 +326,7 @@ def webhooks():
 
 @bp.get("/deliveries")
 def deliveries():
-    page, filters, next_url = _listing("deliveries.list_deliveries", "console.deliveries")
+    page, filters, next_url = listing("deliveries.list_deliveries", "console.deliveries")
     return render_template("deliveries.html", deliveries=page["deliveries"], filters=filters, next_url=next_url,
                            states=DELIVERY_STATES)
 

@@ -8,7 +8,7 @@
 SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
        lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
        result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
-       waiting_on, on_parent_failure
+       waiting_on, on_parent_failure, suspended, wake_at, awaited_signal
 FROM skiplock.tasks
 WHERE {{_task_filter}}
   AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)

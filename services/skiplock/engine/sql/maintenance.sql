@@ -66,6 +66,14 @@ UNION ALL
 SELECT queue, state, count(*) FROM skiplock.tasks WHERE finished_at IS NOT NULL
 GROUP BY queue, state;
 
+-- name: queue_suspended_counts
+-- skiplock_queue_suspended_tasks{queue, reason}: the waiting tasks that are suspended (durable
+-- execution), by why; read through tasks_waiting, the partial index of every waiting task (a
+-- dependent of depends_on has no reason and is left out).
+SELECT queue, suspended, count(*) FROM skiplock.tasks
+WHERE state = 'waiting' AND suspended IS NOT NULL
+GROUP BY queue, suspended;
+
 -- name: _queued
 -- The queued tasks, from the two partial indexes that hold them: tasks_claimable, and
 -- tasks_parked for the tasks a limit holds back (migration 0016)

@@ -19,6 +19,7 @@ from ..errors import DatabaseUnavailable
 from ..model import Signal, StepRecord
 from .connection import jsonb
 from .database import Database
+from .signal_sends import Sent, signal_send
 
 
 class StepRowLocked(DatabaseUnavailable):
@@ -95,6 +96,13 @@ class StepStore:
         """In a suspension's transaction: True when no send of `name` is in flight (held shared
         to the commit, so that a later send waits for it)."""
         return conn.execute(self.db.sql["signal_try_lock"], {"namespace": self.namespace, "name": name}).fetchone()[0]
+
+    def signal_send(self, name: str, payload: Any) -> Sent:
+        """skiplock.send_signal's write (`name` and `payload` checked already), on this store's
+        connection: on a transaction's store, in that transaction (the API commits it with its
+        audit row)."""
+        with self.db.connection() as conn:
+            return signal_send(conn, name, payload, self.db.schema)
 
     def signal_get(self, name: str) -> Signal | None:
         rows = self.db.fetch_as("signal_get", {"name": name}, Signal)

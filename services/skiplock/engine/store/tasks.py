@@ -317,6 +317,10 @@ class TaskStore:
         """[(queue, state, tasks)]."""
         return self.db.fetch("queue_task_counts", {})
 
+    def queue_suspended_counts(self) -> list[tuple[str, str, int]]:
+        """[(queue, reason, tasks)]: suspended tasks (sleep, signal, tasks)."""
+        return self.db.fetch("queue_suspended_counts", {})
+
     def queue_claimable(self, paused_kinds: Sequence[str] = ()) -> list[tuple[str, int, float | None, bool, int]]:
         """[(queue, claimable now, oldest pending age s, paused, throttled)]; tasks of
         `paused_kinds` are not claimable (queue_claimable_without_kinds); throttled: held back
