@@ -257,3 +257,20 @@ def test_a_step_record_refused_after_a_heartbeat_found_the_claim_lost_is_counted
     assert (rejected.labels("heartbeat")._value.get(), rejected.labels("step_record")._value.get()) == (1, 1)
     assert scalar(db, "SELECT count(*) FROM skiplock.task_steps") == 0
     assert scalar(db, "SELECT count(*) FROM public.step_rows") == 0  # the step's row rolled back with it
+
+
+def test_a_wait_that_meets_a_send_in_flight_looks_again_and_gets_it(worker, store, db, db_url):
+    """The send's transaction is open (its lock held, its signal not committed) while the task
+    suspends: the suspension cannot see the signal and the send cannot see the suspension, so the
+    task is queued to look again in a second rather than left waiting."""
+    task_id = skiplock.enqueue(db_url, "d.signal", {"name": "order-9.shipped"})
+    with psycopg.connect(db_url) as sender:
+        assert skiplock.send_signal(sender, "order-9.shipped", {"n": 9}) == (True, 0)
+        run_round(worker)  # the handler finds no signal and suspends
+        state, _, _, _, suspended, _, _ = row(db, task_id)
+        assert state == "queued" and suspended is None
+        due = scalar(db, "SELECT run_after - now() FROM skiplock.tasks WHERE id = %s", (task_id,))
+        assert 0 < due.total_seconds() <= 1.0
+    # the sender committed on leaving the block
+    assert drive(worker, store, db, [task_id]) == {task_id: "completed"}
+    assert row(db, task_id)[2] == {"got": {"n": 9}}
