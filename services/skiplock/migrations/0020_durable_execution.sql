@@ -26,7 +26,9 @@ CREATE INDEX tasks_awaited_signal ON skiplock.tasks (awaited_signal)
     WHERE state = 'waiting' AND awaited_signal IS NOT NULL;
 
 CREATE TABLE skiplock.task_steps (
-    task_id     uuid        NOT NULL REFERENCES skiplock.tasks (id) ON DELETE CASCADE,
+    -- no foreign key, as task_events has none: each record would pay its check and a lock of the
+    -- task's row; retention deletes a task's steps with it (tasks.sql, _task_delete_doomed)
+    task_id     uuid        NOT NULL,
     -- the call's place in the handler's run, from 1; the same name again is its next occurrence
     position    integer     NOT NULL CHECK (position > 0),
     name        text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),

@@ -731,9 +731,12 @@ WITH doomed AS MATERIALIZED (
 ), {{_task_delete_doomed}};
 
 -- name: _task_delete_doomed
--- The end of a delete of the tasks of a `doomed` CTE (ids) with their events; returns their ids.
+-- The end of a delete of the tasks of a `doomed` CTE (ids) with their events and step records;
+-- returns their ids.
 events AS (
     DELETE FROM skiplock.task_events AS e USING doomed WHERE e.task_id = doomed.id
+), steps AS (
+    DELETE FROM skiplock.task_steps AS s USING doomed WHERE s.task_id = doomed.id
 )
 DELETE FROM skiplock.tasks AS t USING doomed WHERE t.id = doomed.id
 RETURNING t.id
