@@ -21,6 +21,8 @@ from .engine import migrate as migrations
 from .engine import store as store_mod
 from .engine.errors import ConfigError, ConnectionLost, InvalidInput, MigrationError
 from .engine.settings import SCHEMA_RE, EnvReader, check_pooler
+from .engine.enqueue_options import Debounce, Unique
+from .engine.ids import TaskId
 from .engine.model import TaskSpec
 from .engine.payload_types import payload_for_enqueue, payloads_for_enqueue
 from .engine.store import AsyncConnection, Connection
@@ -48,7 +50,7 @@ def _pooler() -> str:
     return check_pooler(EnvReader(os.environ).text("DATABASE_POOLER").lower())
 
 
-def _insert(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[uuid.UUID]:
+def _insert(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[TaskId]:
     """`write` on the caller's connection, or on a short one of our own, committed."""
     schema = _schema(schema)
     if isinstance(conn_or_url, Connection):
@@ -67,7 +69,7 @@ def _insert(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list
     return ids
 
 
-async def _insert_async(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[uuid.UUID]:
+async def _insert_async(conn_or_url, schema: str | None, write: store_mod.TaskWrite) -> list[TaskId]:
     """_insert, for asyncio: the same statements on an AsyncConnection."""
     schema = _schema(schema)
     if isinstance(conn_or_url, AsyncConnection):
@@ -98,8 +100,11 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
             delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
             concurrency_key: str | None = None, depends_on: Iterable[uuid.UUID | str] | None = None,
-            on_parent_failure: str = "cancel", schema: str | None = None) -> uuid.UUID:
-    """Enqueue one task and return its id (the existing task's id when `idempotency_key` is taken).
+            on_parent_failure: str = "cancel", unique: Unique | None = None, debounce: Debounce | None = None,
+            schema: str | None = None) -> TaskId:
+    """Enqueue one task and return its id: a TaskId (a UUID) whose `created` is False when it is an
+    existing task's (its `idempotency_key` or `unique` key was taken, or `debounce` merged this
+    enqueue into the task that waits).
 
     priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
     max_attempts: None uses the kind's (from @task, 3 if not declared).
@@ -108,16 +113,31 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
     depends_on: ids of tasks that must be final first; the task waits (state 'waiting') until then.
     A parent already final counts at once. on_parent_failure: 'cancel' (a failed or cancelled
     parent cancels this task) or 'run' (it runs once every parent is final, whatever they ended).
+    unique: a skiplock.Unique(by_payload, period, states): at most one such task at a time (see
+    Unique). debounce: a skiplock.Debounce(key, delay, max_wait): merge a burst into one run.
     """
-    return _insert(conn_or_url, schema, _one(
+    return _counted(_insert(conn_or_url, schema, _one(
         kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
         idempotency_key=idempotency_key, max_attempts=max_attempts, concurrency_key=concurrency_key,
-        depends_on=depends_on, on_parent_failure=on_parent_failure))[0]
+        depends_on=depends_on, on_parent_failure=on_parent_failure, unique=unique, debounce=debounce)), kind,
+        unique)[0]
 
 
 def _one(kind: str, payload: Any, **fields) -> store_mod.TaskWrite:
     payload = payload_for_enqueue(kind, payload)  # a typed kind's validated JSON form
     return store_mod.TaskWrite(specs=[TaskSpec(kind, payload, max_payload_bytes=_max_payload(), **fields)])
+
+
+def _counted(ids: list, kind: str, unique: Unique | None) -> list:
+    """`ids`, once the unique duplicates among them are counted (skiplock_enqueue_duplicates_total
+    on prometheus_client's default registry, which an application exposes with its own metrics)."""
+    if unique is not None:
+        duplicates = sum(1 for task_id in ids if not task_id.created)
+        if duplicates:
+            from .engine.metrics import enqueue_duplicates
+
+            enqueue_duplicates().labels(kind).inc(duplicates)
+    return ids
 
 
 def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[Any], *,
@@ -126,15 +146,19 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
                  max_attempts: int | None = None, concurrency_key: str | None = None,
                  concurrency_keys: Iterable[str | None] | None = None,
                  depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
-                 schema: str | None = None) -> list[uuid.UUID]:
+                 unique: Unique | None = None, debounce: Debounce | None = None,
+                 schema: str | None = None) -> list[TaskId]:
     """Enqueue many tasks of one kind in one set-based statement; returns their ids in order.
     Workers get one notification per queue, not one per task. `concurrency_key` applies to
-    every task; `concurrency_keys` gives one per payload (None: `concurrency_key`). `depends_on`
-    and `on_parent_failure` apply to every task (see enqueue)."""
+    every task; `concurrency_keys` gives one per payload (None: `concurrency_key`). `depends_on`,
+    `on_parent_failure`, `unique` and `debounce` apply to every task (see enqueue): with unique,
+    two payloads of one key in the batch make one task; with debounce, each payload merges into
+    the task the one before it made or found, so the last one is what runs."""
     write = _many(kind, payloads, queue=queue, priority=priority, run_at=run_at, delay=delay,
                   idempotency_keys=idempotency_keys, max_attempts=max_attempts, concurrency_key=concurrency_key,
-                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure)
-    return _insert(conn_or_url, schema, write) if write.template or write.specs else []
+                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure,
+                  unique=unique, debounce=debounce)
+    return _counted(_insert(conn_or_url, schema, write), kind, unique) if write.template or write.specs else []
 
 
 async def enqueue_async(conn_or_url: AsyncConnection | str, kind: str, payload: Any = None, *,
@@ -142,14 +166,16 @@ async def enqueue_async(conn_or_url: AsyncConnection | str, kind: str, payload: 
                         delay: float | None = None, idempotency_key: str | None = None,
                         max_attempts: int | None = None, concurrency_key: str | None = None,
                         depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
-                        schema: str | None = None) -> uuid.UUID:
+                        unique: Unique | None = None, debounce: Debounce | None = None,
+                        schema: str | None = None) -> TaskId:
     """enqueue() for asyncio: the same arguments, statements, errors and idempotency, on a
     psycopg AsyncConnection (inside its current transaction) or a URL (committed before it
     returns)."""
-    return (await _insert_async(conn_or_url, schema, _one(
+    return _counted(await _insert_async(conn_or_url, schema, _one(
         kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
         idempotency_key=idempotency_key, max_attempts=max_attempts, concurrency_key=concurrency_key,
-        depends_on=depends_on, on_parent_failure=on_parent_failure)))[0]
+        depends_on=depends_on, on_parent_failure=on_parent_failure, unique=unique, debounce=debounce)), kind,
+        unique)[0]
 
 
 async def enqueue_many_async(conn_or_url: AsyncConnection | str, kind: str, payloads: Iterable[Any], *,
@@ -158,19 +184,24 @@ async def enqueue_many_async(conn_or_url: AsyncConnection | str, kind: str, payl
                              max_attempts: int | None = None, concurrency_key: str | None = None,
                              concurrency_keys: Iterable[str | None] | None = None,
                              depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
-                             schema: str | None = None) -> list[uuid.UUID]:
+                             unique: Unique | None = None, debounce: Debounce | None = None,
+                             schema: str | None = None) -> list[TaskId]:
     """enqueue_many() for asyncio (see enqueue_async); with an open transaction, the COPY of a
     large batch runs in a savepoint, as the sync call's does."""
     write = _many(kind, payloads, queue=queue, priority=priority, run_at=run_at, delay=delay,
                   idempotency_keys=idempotency_keys, max_attempts=max_attempts, concurrency_key=concurrency_key,
-                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure)
-    return await _insert_async(conn_or_url, schema, write) if write.template or write.specs else []
+                  concurrency_keys=concurrency_keys, depends_on=depends_on, on_parent_failure=on_parent_failure,
+                  unique=unique, debounce=debounce)
+    if not (write.template or write.specs):
+        return []
+    return _counted(await _insert_async(conn_or_url, schema, write), kind, unique)
 
 
 def _many(kind: str, payloads: Iterable[Any], *, queue: str, priority: int, run_at: dt.datetime | None,
           delay: float | None, idempotency_keys: Iterable[str | None] | None, max_attempts: int | None,
           concurrency_key: str | None, concurrency_keys: Iterable[str | None] | None,
-          depends_on: Iterable[uuid.UUID | str] | None, on_parent_failure: str) -> store_mod.TaskWrite:
+          depends_on: Iterable[uuid.UUID | str] | None, on_parent_failure: str, unique: Unique | None = None,
+          debounce: Debounce | None = None) -> store_mod.TaskWrite:
     """enqueue_many's tasks, validated: the COPY path's template and payloads, or specs."""
     payloads = payloads_for_enqueue(kind, list(payloads))
     keys = list(idempotency_keys) if idempotency_keys is not None else None
@@ -188,9 +219,9 @@ def _many(kind: str, payloads: Iterable[Any], *, queue: str, priority: int, run_
     first = TaskSpec(kind, payloads[0], queue=queue, priority=priority, run_at=run_at, delay=delay,
                      idempotency_key=keys[0] if keys else None, max_attempts=max_attempts,
                      max_payload_bytes=_max_payload(), concurrency_key=concurrency_key,
-                     depends_on=depends_on, on_parent_failure=on_parent_failure)
+                     depends_on=depends_on, on_parent_failure=on_parent_failure, unique=unique, debounce=debounce)
     if (len(payloads) >= store_mod.COPY_THRESHOLD and delay is None and run_at is None and keys is None
-            and groups is None and not first.depends_on):
+            and groups is None and not first.depends_on and unique is None and debounce is None):
         # the common case, streamed: each payload is checked as it is written
         return store_mod.TaskWrite(template=first, payloads=payloads)
     # a None in concurrency_keys is concurrency_key: the first spec's, as validated

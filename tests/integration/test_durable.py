@@ -136,7 +136,7 @@ def test_a_parent_awaits_its_children_and_sees_their_outcomes(worker, store, db,
     states = drive(worker, store, db, [parent])
     assert states == {parent: "completed"}
     assert row(db, parent)[2] == {"states": ["completed"] * 4 + ["failed"], "n": 5}
-    assert effects(db, parent) == ["resumed"]  # resumed once, after the last child
+    assert effects(db, parent) == ["spawn", "resumed"]  # spawned once, resumed once after the last child
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 5
 
 
@@ -241,3 +241,36 @@ def test_a_wait_for_other_tasks_than_recorded_fails_instead_of_waiting_forever(w
     assert "wait_for_tasks at position 1 waits for other tasks than this task recorded" in error
     # the first run's two children ran; the failed run's own two rolled back with it
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE kind = 'd.child'") == 2
+
+
+def test_a_step_record_refused_after_a_heartbeat_found_the_claim_lost_is_counted(worker, store, db, db_url):
+    # the zombie of tests/reliability/test_durable_faults.py: woken inside a step, its keeper's
+    # heartbeat finds the claim gone first, then the step's record meets the fence
+    task_id = skiplock.enqueue(db_url, "d.rows", {"steps": 2})
+    assert worker.claimer.run_once().claimed == 1
+    (run,) = worker.slots.held()
+    db.execute("UPDATE skiplock.tasks SET lease_token = lease_token + 1 WHERE id = %s", (task_id,))
+    assert worker.keeper.heartbeat_once() == 0
+    assert worker.slots.in_flight() == 0  # given up: its outcome is to be dropped
+    worker.completer.accept(run, Executor((), 1.0).run(run))
+    rejected = worker.metrics.stale_writes_rejected
+    assert (rejected.labels("heartbeat")._value.get(), rejected.labels("step_record")._value.get()) == (1, 1)
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_steps") == 0
+    assert scalar(db, "SELECT count(*) FROM public.step_rows") == 0  # the step's row rolled back with it
+
+
+def test_a_wait_that_meets_a_send_in_flight_looks_again_and_gets_it(worker, store, db, db_url):
+    """The send's transaction is open (its lock held, its signal not committed) while the task
+    suspends: the suspension cannot see the signal and the send cannot see the suspension, so the
+    task is queued to look again in a second rather than left waiting."""
+    task_id = skiplock.enqueue(db_url, "d.signal", {"name": "order-9.shipped"})
+    with psycopg.connect(db_url) as sender:
+        assert skiplock.send_signal(sender, "order-9.shipped", {"n": 9}) == (True, 0)
+        run_round(worker)  # the handler finds no signal and suspends
+        state, _, _, _, suspended, _, _ = row(db, task_id)
+        assert state == "queued" and suspended is None
+        due = scalar(db, "SELECT run_after - now() FROM skiplock.tasks WHERE id = %s", (task_id,))
+        assert 0 < due.total_seconds() <= 1.0
+    # the sender committed on leaving the block
+    assert drive(worker, store, db, [task_id]) == {task_id: "completed"}
+    assert row(db, task_id)[2] == {"got": {"n": 9}}

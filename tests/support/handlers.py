@@ -245,3 +245,12 @@ def fan(ctx, payload):
         for i in range(n):
             ctx.enqueue("t.noop", {"child": i}, depends_on=[ctx.task_id])
     return {"children": n}
+
+
+@task("t.note", queue="notes")
+def note(ctx, payload: dict) -> dict:
+    """Records the execution with its payload (as JSON, keys sorted) in the note."""
+    import json
+
+    record(ctx, json.dumps(payload, sort_keys=True))
+    return payload

@@ -16,6 +16,8 @@ import os
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..engine.metrics import ENQUEUE_DUPLICATES_HELP
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -37,6 +39,9 @@ class ApiMetrics:
         self.auth_refusals = Counter("skiplock_api_auth_refusals_total",
                                      "Requests refused 401 (no or unknown token) or 403 (role too weak), by token "
                                      "name, route template and status.", ["token", "route", "status"], registry=r)
+        # POST /v1/tasks and /v1/tasks:batch with `unique` (the library's count: engine/metrics.py)
+        self.enqueue_duplicates = Counter("skiplock_enqueue_duplicates_total", ENQUEUE_DUPLICATES_HELP, ["kind"],
+                                          registry=r)
         # with SKIPLOCK_READ_DATABASE_URL only (api/replica.py)
         self.reads = Counter("skiplock_api_reads_total",
                              "Requests to routes a read replica may serve, by the database that served them "

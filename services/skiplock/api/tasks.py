@@ -21,6 +21,7 @@ from flask import Blueprint, g
 from ..engine import store as store_mod
 from ..engine.errors import (IdempotencyConflict, InvalidInput, NameBoundReached, PayloadTooLarge,
                              TaskNotCancellable, TaskNotFound, TaskNotResumable, TooManyRequests, WaitTimeout)
+from ..engine.enqueue_options import debounce_from, unique_from
 from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
                             Task, TaskSpec)
 from ..engine.payload_types import payload_for_enqueue
@@ -37,6 +38,7 @@ from .operations import SMALL_BODY, operation
 from .render import EVENT, RELATIVES_SHOWN, TASK, event_json, iso, page, task_json
 from .responses import json_response, page_response
 from .schema import Array, Boolean, DateTime, Integer, JsonObject, Name, Number, Object, String, Uuid
+from .task_options import DEBOUNCE, UNIQUE
 
 bp = Blueprint("tasks", __name__)
 
@@ -75,6 +77,8 @@ def _task_fields() -> dict:
         "on_parent_failure": String("What a parent that ends failed or cancelled does to this task: `cancel` "
                                     "it, or let it `run` once every parent is final.", enum=ON_PARENT_FAILURE,
                                     default="cancel"),
+        "unique": UNIQUE,
+        "debounce": DEBOUNCE,
     }
 
 
@@ -83,7 +87,8 @@ BATCH = Object({"tasks": Array(Object({**_task_fields(), "idempotency_key": IDEM
                                min_items=1, max_items=BATCH_MAX_TASKS)},
                f"Up to {BATCH_MAX_TASKS} tasks, enqueued together (all or none).", required=("tasks",))
 BATCH_RESULT = Object({
-    "tasks": Array(Object({"id": Uuid(), "created": Boolean("false: an idempotency key's replay.")},
+    "tasks": Array(Object({"id": Uuid(), "created": Boolean("false: an idempotency key's replay, a unique "
+                                                            "duplicate or a debounce merge.")},
                           required=("id", "created")), "One per submitted task, in order."),
     "created": Integer("How many tasks are new."),
 }, required=("tasks", "created"))
@@ -101,7 +106,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
                         run_at=item.get("run_at"), delay=item.get("delay"), idempotency_key=key,
                         max_attempts=item.get("max_attempts"), max_payload_bytes=max_payload,
                         concurrency_key=item.get("concurrency_key"), depends_on=item.get("depends_on"),
-                        on_parent_failure=item["on_parent_failure"])
+                        on_parent_failure=item["on_parent_failure"], unique=unique_from(item.get("unique")),
+                        debounce=debounce_from(item.get("debounce")))
     except InvalidInput as exc:
         raise type(exc)(f"{where}{exc}") from None
     fingerprint = None
@@ -117,6 +123,8 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
         if spec.depends_on:
             normalized.update(depends_on=sorted(str(p) for p in spec.depends_on),
                               on_parent_failure=spec.on_parent_failure)
+        if spec.unique is not None:
+            normalized["unique"] = [spec.unique.by_payload, spec.unique.period, list(spec.unique.states)]
         fingerprint = hashlib.sha256(json.dumps(normalized, sort_keys=True, separators=(",", ":"))
                                      .encode()).hexdigest()
     return spec, fingerprint, item.get("deadline")
@@ -132,8 +140,13 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
     IdempotencyConflict, and nothing of this request remains."""
     admit(tx, specs)  # before any insert: a refused submission writes nothing
     ids = tx.tasks.task_insert(specs)
-    created = [True] * len(specs)
-    keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None]
+    # False: a unique key's holder, or the debounced task this one merged into (a TaskId says so)
+    created = [getattr(task_id, "created", True) for task_id in ids]
+    duplicates = [s.kind for s, new in zip(specs, created) if not new and s.unique is not None]
+    for kind in duplicates:
+        api().metrics.enqueue_duplicates.labels(kind).inc()
+    # a unique duplicate answers its key's holder; its Idempotency-Key was not stored, nor checked
+    keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and (created[i] or s.unique is None)]
     if keyed:
         rows = tx.tasks.task_submitted([ids[i] for i in keyed])
         first: dict[uuid.UUID, int] = {}
@@ -170,7 +183,9 @@ def _submit(tx: Store, specs: Sequence[TaskSpec], fingerprints: Sequence[str | N
            body=SUBMIT, headers={"Idempotency-Key": IDEMPOTENCY_KEY},
            max_body=lambda settings: settings.max_payload_bytes + SMALL_BODY, audit="task.submit", bounded=True,
            responses={201: ("Enqueued.", TASK),
-                      200: ("Replay: this Idempotency-Key and body created this task before.", TASK)},
+                      200: ("Nothing new: a replay (this Idempotency-Key and body created this task before), a "
+                            "`unique` duplicate (the task that holds the key) or a `debounce` merge (the task "
+                            "that waits, with this payload).", TASK)},
            errors=(InvalidInput, PayloadTooLarge, IdempotencyConflict, NameBoundReached))
 def submit_task():
     spec, fingerprint, deadline = _spec(g.body, g.headers["Idempotency-Key"], api().settings.max_payload_bytes, "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 
 from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
@@ -81,6 +82,21 @@ def add_enqueue_parser(sub) -> None:
                    help="a task that must be final first (repeat it); until then the task is waiting")
     e.add_argument("--on-parent-failure", default="cancel", metavar="cancel|run",
                    help="a parent that ends failed or cancelled cancels the task (default), or it runs anyway")
+    u = e.add_argument_group("unique (any --unique-* option implies --unique)")
+    u.add_argument("--unique", action="store_true",
+                   help="at most one such task of this kind and queue at a time; a duplicate prints the holder's id")
+    u.add_argument("--unique-by-payload", action="store_true", help="unique by the whole payload too")
+    u.add_argument("--unique-key", action="append", metavar="NAME", help="unique by this payload key too (repeat it)")
+    u.add_argument("--unique-period", type=float, metavar="SECONDS",
+                   help="the key holds within one fixed window of this many seconds of the database's clock")
+    u.add_argument("--unique-states", metavar="STATE,...",
+                   help="where a task blocks its duplicates (default waiting,queued,running,cancelling; "
+                        "add completed, failed or cancelled)")
+    d = e.add_argument_group("debounce")
+    d.add_argument("--debounce-key", metavar="KEY", help="merge into the task of this key that waits to start")
+    d.add_argument("--debounce-delay", type=float, metavar="SECONDS", help="start this long after the last enqueue")
+    d.add_argument("--debounce-max-wait", type=float, metavar="SECONDS",
+                   help="... but never later than this long after the first")
     e.set_defaults(run=run_enqueue)
 
 
@@ -110,7 +126,8 @@ def run_enqueue(args) -> int:
                           priority=args.priority, delay=args.delay, run_at=run_at,
                           idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
                           concurrency_key=args.concurrency_key, depends_on=args.depends_on,
-                          on_parent_failure=args.on_parent_failure, schema=settings.db_schema)
+                          on_parent_failure=args.on_parent_failure, unique=_unique(args), debounce=_debounce(args),
+                          schema=settings.db_schema)
     except InvalidInput as exc:
         # the library's names, as this command spells its options
         message = str(exc)
@@ -119,7 +136,33 @@ def run_enqueue(args) -> int:
                 raise InvalidInput(f"--{name.replace('_', '-')}{message[len(name):]}") from None
         raise
     print(task_id)
+    if not task_id.created:
+        print(f"{task_id}: an existing task (its key was taken, or the enqueue merged into it)", file=sys.stderr)
     return 0
+
+
+def _unique(args):
+    from ..engine.enqueue_options import unique_from
+
+    given = (args.unique_by_payload, args.unique_key, args.unique_period is not None, args.unique_states)
+    if not (args.unique or any(given)):
+        return None
+    states = None if args.unique_states is None else [s.strip() for s in args.unique_states.split(",") if s.strip()]
+    return unique_from({"by_payload": args.unique_by_payload, "payload_keys": args.unique_key,
+                        "period": args.unique_period, "states": states})
+
+
+def _debounce(args):
+    from ..engine.enqueue_options import debounce_from
+
+    if args.debounce_key is None:
+        if args.debounce_delay is not None or args.debounce_max_wait is not None:
+            raise InvalidInput("--debounce-delay and --debounce-max-wait need --debounce-key")
+        return None
+    if args.debounce_delay is None:
+        raise InvalidInput("--debounce-key needs --debounce-delay SECONDS")
+    return debounce_from({"key": args.debounce_key, "delay": args.debounce_delay,
+                          "max_wait": args.debounce_max_wait})
 
 
 def _plan(args, settings: Settings):

@@ -1,4 +1,5 @@
-"""The app-generated task ids: UUIDv7 (RFC 9562), in creation order within a process."""
+"""The app-generated task ids: UUIDv7 (RFC 9562), in creation order within a process; and TaskId,
+the id an enqueue returns, which says whether that enqueue made the task."""
 
 from __future__ import annotations
 
@@ -7,6 +8,28 @@ import struct
 import threading
 import time
 import uuid
+
+
+class TaskId(uuid.UUID):
+    """A task's id as an enqueue returns it: a UUID, with `created` False when it is an existing
+    task's (a taken idempotency key, a unique duplicate, a debounced enqueue merged into the task
+    that waits)."""
+
+    __slots__ = ()
+    created = True
+
+
+
+class ExistingTaskId(TaskId):
+    """A TaskId whose task an earlier enqueue made."""
+
+    __slots__ = ()
+    created = False
+
+
+def existing_id(task_id: uuid.UUID) -> ExistingTaskId:
+    """`task_id` (as a row gave it) as the id of a task this enqueue did not make."""
+    return ExistingTaskId(int=task_id.int)
 
 
 class _UUID7:
@@ -35,8 +58,9 @@ class _UUID7:
         value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
         return uuid.UUID(int=value)
 
-    def many(self, n: int) -> list[uuid.UUID]:
-        """n ids in one go (bulk enqueue): one clock read and one call for the random bits."""
+    def many(self, n: int, cls: type[uuid.UUID] = uuid.UUID) -> list:
+        """n ids in one go (bulk enqueue): one clock read and one call for the random bits; `cls`
+        is uuid.UUID or a subclass (TaskId)."""
         entropy = struct.unpack(f">{n}Q", os.urandom(8 * n))
         ids = []
         with self._lock:
@@ -48,7 +72,7 @@ class _UUID7:
             for i in range(n):
                 if counter > 0xFFF:
                     ms, counter = ms + 1, 0
-                ids.append(uuid.UUID(int=(ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64
+                ids.append(cls(int=(ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64
                                      | 0b10 << 62 | entropy[i] & ((1 << 62) - 1)))
                 counter += 1
             self._last_ms, self._counter = ms, counter - 1

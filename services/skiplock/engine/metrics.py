@@ -256,3 +256,18 @@ class MetricsServer:
             body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
         start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
         return [body]
+
+
+_ENQUEUE_DUPLICATES: list = []
+_ENQUEUE_DUPLICATES_LOCK = threading.Lock()
+ENQUEUE_DUPLICATES_HELP = "Enqueues with unique= that found a task of their key and returned its id, by kind."
+
+
+def enqueue_duplicates() -> Counter:
+    """skiplock_enqueue_duplicates_total of the library's enqueues, on prometheus_client's default
+    registry (the application's); registered at the first duplicate, so that importing skiplock
+    registers nothing. The API counts its own in its registry (api/request_metrics.py)."""
+    with _ENQUEUE_DUPLICATES_LOCK:
+        if not _ENQUEUE_DUPLICATES:
+            _ENQUEUE_DUPLICATES.append(Counter("skiplock_enqueue_duplicates_total", ENQUEUE_DUPLICATES_HELP, ["kind"]))
+        return _ENQUEUE_DUPLICATES[0]

@@ -1,6 +1,6 @@
-"""The vocabulary of skiplock: task states, claimed tasks, handler outcomes, task definitions,
-tasks to enqueue (validated, payload encoded); the app-generated UUIDv7 ids are engine/ids.py's.
-Pure data: no I/O here.
+"""The vocabulary of skiplock: task states (engine/states.py's), claimed tasks, handler outcomes,
+task definitions, tasks to enqueue (validated, payload encoded); the app-generated UUIDv7 ids are
+engine/ids.py's. Pure data: no I/O here.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .errors import InvalidInput, PayloadTooLarge
+from .enqueue_options import Debounce, Unique, check_options
 from .ids import uuid7  # noqa: F401 - model.uuid7 is what the rest of the code imports
+from .states import (CANCELLED, CANCELLING, COMPLETED, FAILED, FINISHED_STATES, QUEUED, RUNNING,  # noqa: F401
+                     STATES, WAITING)  # model's names, as the rest of the code imports them
 from .settings import check_name
 from .tracing import current_carrier
 
-WAITING, QUEUED, RUNNING, CANCELLING = "waiting", "queued", "running", "cancelling"
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
-STATES = (WAITING, QUEUED, RUNNING, CANCELLING, COMPLETED, FAILED, CANCELLED)
-FINISHED_STATES = (COMPLETED, FAILED, CANCELLED)
 # what a failed or cancelled parent does to its dependent (enqueue's on_parent_failure)
 ON_PARENT_FAILURE = ("cancel", "run")
 # the most parents one task may have
@@ -256,13 +255,14 @@ class TaskSpec:
 
     __slots__ = ("kind", "payload", "queue", "priority", "max_attempts", "delay", "run_at",
                  "idempotency_key", "payload_json", "max_payload_bytes", "concurrency_key", "depends_on",
-                 "on_parent_failure", "trace_context")
+                 "on_parent_failure", "trace_context", "unique", "debounce")
 
     def __init__(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                  run_at: dt.datetime | None = None, delay: float | None = None,
                  idempotency_key: str | None = None, max_attempts: int | None = None,
                  max_payload_bytes: int = 1024 * 1024, concurrency_key: str | None = None,
-                 depends_on: Any = None, on_parent_failure: str = "cancel"):
+                 depends_on: Any = None, on_parent_failure: str = "cancel", unique: Unique | None = None,
+                 debounce: Debounce | None = None):
         check_name("task kind", kind)
         check_name("queue", queue)
         if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
@@ -283,6 +283,10 @@ class TaskSpec:
         if on_parent_failure not in ON_PARENT_FAILURE:
             raise InvalidInput(f"on_parent_failure {on_parent_failure!r}: must be 'cancel' or 'run'")
         self.on_parent_failure = on_parent_failure
+        if unique is not None or debounce is not None:
+            check_options(unique, debounce, idempotency_key=idempotency_key, delay=delay, run_at=run_at,
+                          depends_on=self.depends_on)
+        self.unique, self.debounce = unique, debounce
         self.kind, self.queue, self.priority = kind, queue, priority
         self.max_attempts, self.delay, self.run_at = max_attempts, delay, run_at
         self.idempotency_key = idempotency_key
@@ -295,7 +299,11 @@ class TaskSpec:
         """Another task like this one (bulk enqueue validates the shared fields once); a
         `concurrency_key` given here replaces this one's."""
         _check_key(idempotency_key)
+        if idempotency_key is not None and self.debounce is not None:
+            check_options(None, self.debounce, idempotency_key=idempotency_key, delay=None, run_at=None,
+                          depends_on=())
         spec = object.__new__(TaskSpec)
+        spec.unique, spec.debounce = self.unique, self.debounce
         spec.concurrency_key = self.concurrency_key if concurrency_key is None else concurrency_key_of(concurrency_key)
         spec.depends_on, spec.on_parent_failure = self.depends_on, self.on_parent_failure
         spec.kind, spec.queue, spec.priority = self.kind, self.queue, self.priority

@@ -1,9 +1,9 @@
 """The handler registry behind `@skiplock.task`: task kinds and how to run them.
 
-Decorating registers the function in the process-wide REGISTRY (the worker imports the modules
-named in SKIPLOCK_TASKS and reads it). The function stays callable as before. A kind declared with
-`payload=` (a pydantic model) is a TypedTaskDef: engine/payload_types.py holds all that knows
-pydantic (it imports pydantic only for such a kind).
+Decorating (skiplock/handles.py) registers the function in the process-wide REGISTRY (the worker
+imports the modules named in SKIPLOCK_TASKS and reads it). A kind declared with `payload=` (a
+pydantic model) is a TypedTaskDef: engine/payload_types.py holds all that knows pydantic (it
+imports pydantic only for such a kind).
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from .errors import ConfigError, InvalidInput
-from .model import RetryPolicy, TaskDef
-from .payload_types import MODELS, TypedTaskDef, check_model
-from .settings import check_name
+from .model import TaskDef
+from .payload_types import MODELS
 
 
 class Registry:
@@ -52,44 +51,6 @@ class Registry:
 
 
 REGISTRY = Registry(MODELS)
-
-
-def task(kind: str, *, queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
-         retry_base: float = 2.0, retry_cap: float = 900.0, deadline: float | None = None,
-         payload: type | None = None, registry: Registry | None = None) -> Callable:
-    """Declare a task handler: `fn(ctx, payload)`, sync or `async def`.
-
-    max_attempts: executions before `failed`; timeout: seconds a run may take (then
-    ctx.cancel_requested is set, and the run is abandoned and retried after a grace);
-    retry_base/retry_cap: exponential backoff with full jitter, in seconds; deadline: seconds after
-    the task's creation past which no retry is scheduled; payload: a pydantic model class: the
-    handler receives an instance of it, and payloads are validated at enqueue and at run
-    (engine/payload_types.py).
-    """
-    check_name("task kind", kind)
-    check_name("queue", queue)
-    if max_attempts < 1:
-        raise InvalidInput(f"task {kind}: max_attempts must be >= 1")
-    if timeout is not None and timeout <= 0:
-        raise InvalidInput(f"task {kind}: timeout must be > 0 seconds")
-    if retry_base <= 0 or retry_cap < retry_base:
-        raise InvalidInput(f"task {kind}: need 0 < retry_base <= retry_cap")
-    if deadline is not None and deadline <= 0:
-        raise InvalidInput(f"task {kind}: deadline must be > 0 seconds")
-    policy = RetryPolicy(base=retry_base, cap=retry_cap, deadline=deadline)
-    options = {"kind": kind, "queue": queue, "max_attempts": max_attempts, "timeout": timeout, "retry": policy}
-    define = TaskDef
-    if payload is not None:
-        options["payload_model"] = check_model(kind, payload)
-        define = TypedTaskDef
-
-    def decorate(fn: Callable) -> Callable:
-        # `is None`, not `or`: an empty Registry is falsy (it has a length)
-        (REGISTRY if registry is None else registry).add(define(fn=fn, **options))
-        fn.skiplock_kind = kind  # type: ignore[attr-defined]
-        return fn
-
-    return decorate
 
 
 def import_task_modules(modules: Iterable[str]) -> None:

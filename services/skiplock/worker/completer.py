@@ -68,7 +68,12 @@ class Completer:
         if not self.slots.handler_returned(run):
             if held is not None:
                 held.rollback()
-            log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": outcome.outcome})
+            if outcome.outcome == "step_record":
+                # a step's record the fence refused is a stale write, even when a heartbeat found
+                # the claim lost first (then nothing else of this run is written)
+                self._records.refused("step_record", run)
+            else:
+                log.info("late outcome dropped", extra={"task_id": str(run.task.id), "outcome": outcome.outcome})
             return
         run.elapsed = elapsed  # observed when its outcome is recorded, many at a time
         if outcome.outcome == "step_record":  # refused already: nothing to write

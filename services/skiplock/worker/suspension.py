@@ -5,7 +5,7 @@ completer's one variant of the outcome write, Completer._settle_in_transaction):
   now() as the outcome's);
 - a signal wait takes the signal's lock shared without waiting: held, no send is in flight and any
   later send waits for this commit, then wakes the task; not held, a send is in flight, and the
-  task wakes again in a second to look (engine/sql/steps.sql, signal_lock);
+  task is queued to run again in a second and look (engine/sql/steps.sql, signal_lock);
 - a wait for tasks locks them and adds them as parents (the dependency mechanism of depends_on:
   the trigger queues the task after the last one is final).
 
@@ -41,16 +41,16 @@ def write_suspension(store, conn, task, suspend: Suspend, outcome: Settlement) -
         if not steps.task_step_record(conn, task.id, task.lease_token, task.attempt, call.position, call.name,
                                       call.occurrence, call.type, result):
             return None
+    delay = None
     if suspend.reason == "signal" and not steps.signal_try_lock(conn, suspend.signal):
-        soon = steps.task_step_time(conn, _SEND_IN_FLIGHT_SECONDS)
-        wake_at = soon if wake_at is None else min(wake_at, soon)
+        ready, delay = True, _SEND_IN_FLIGHT_SECONDS  # queued, claimable in a second: it looks again
     if suspend.reason == "tasks":
         states = dict(store.tasks.task_awaited_watch(conn, suspend.awaited))
         added = steps.task_awaited_insert(conn, task.id, suspend.awaited)
         waiting_on_add = sum(1 for i in added if states.get(i) not in FINISHED_STATES)
         ready = waiting_on_add == 0
     return outcome._replace(suspended=suspend.reason, wake_at=_iso(wake_at), awaited_signal=suspend.signal,
-                            waiting_on_add=waiting_on_add, ready=ready)
+                            waiting_on_add=waiting_on_add, ready=ready, delay=delay)
 
 
 def _iso(when: dt.datetime | None) -> str | None:

@@ -132,7 +132,7 @@ class Worker:
         for queue in config.queues:
             self.metrics.tasks_claimed.labels(queue)
             self.metrics.task_reclaims.labels(queue)
-        for operation in ("completed", "failed", "retry", "step", "released", "heartbeat"):
+        for operation in ("completed", "failed", "retry", "step", "released", "heartbeat", "suspend", "step_record"):
             self.metrics.stale_writes_rejected.labels(operation)
 
     @property

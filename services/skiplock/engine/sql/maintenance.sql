@@ -7,13 +7,15 @@
 -- with their events. SKIP LOCKED: replicas delete different rows, and a row an operator is
 -- resuming right now is left for the next run (its state no longer matches after the lock).
 -- A parent whose dependents are not all final is kept: they read its result when they run
--- (only a watched task is probed).
+-- (only a watched task is probed). So is a unique task that still blocks its duplicates (its
+-- state among its unique_states) until its window ends (migration 0021).
 WITH doomed AS MATERIALIZED (
     SELECT id
     FROM skiplock.tasks AS t
     WHERE state = %(state)s
       AND finished_at IS NOT NULL
       AND finished_at < now() - %(older_than)s * interval '1 second'
+      AND (t.unique_until IS NULL OR t.unique_until <= now() OR NOT t.state = ANY (t.unique_states))
       AND NOT (t.watched AND EXISTS (
               SELECT FROM skiplock.task_dependencies AS d
               JOIN skiplock.tasks AS c ON c.id = d.task_id

@@ -675,6 +675,15 @@ WITH targets AS MATERIALIZED (
 ), {{_task_cancel_ctes}}
 SELECT id, state FROM cancelled;
 
+-- name: _task_unique_free
+-- A failed or cancelled task of a unique key may be queued again unless it left tasks_unique (its
+-- state is not among its unique_states) and another task holds the key now: the index would refuse
+-- the second holder. The check is a read, so an enqueue of the key that commits in between still
+-- makes the resume fail (unique_violation); what it spares is that error in the common case.
+(t.unique_key IS NULL OR t.state = ANY (t.unique_states) OR NOT EXISTS (
+    SELECT FROM skiplock.tasks AS h
+    WHERE h.unique_key = t.unique_key AND h.state = ANY (h.unique_states) AND h.id <> t.id))
+
 -- name: _task_resume_ctes
 -- Puts the failed or cancelled tasks of `targets` back in the queue with a fresh attempt and
 -- reclaim budget; one 'resumed' event each; one notification per queue woken.
@@ -685,7 +694,7 @@ resumed AS (
         limited = false, attempts = 0, reclaims = 0, run_after = now(), finished_at = NULL,
         updated_at = now(), event_seq = t.event_seq + 1
     FROM targets
-    WHERE t.id = targets.id AND t.state IN ('failed', 'cancelled')
+    WHERE t.id = targets.id AND t.state IN ('failed', 'cancelled') AND {{_task_unique_free}}
     RETURNING t.id, t.queue, t.state, t.event_seq
 ), resume_events AS (
     INSERT INTO skiplock.task_events (task_id, seq, type, attempt, data)
@@ -702,8 +711,8 @@ SELECT id, state, (SELECT count(*) FROM wake) AS woken FROM resumed;
 -- One batch of a bulk retry (the single task's resume): up to `limit` failed or cancelled tasks
 -- of the filter, oldest first. SKIP LOCKED: a row retention is deleting now is left alone.
 WITH targets AS MATERIALIZED (
-    SELECT id FROM skiplock.tasks
-    WHERE state IN ('failed', 'cancelled') AND {{_task_filter}}
+    SELECT id FROM skiplock.tasks AS t
+    WHERE state IN ('failed', 'cancelled') AND {{_task_filter}} AND {{_task_unique_free}}
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..model import TaskSpec, encode_payload, uuid7
+from ..ids import TaskId, uuid7
+from ..model import TaskSpec, encode_payload
 
 
 # Bulk enqueues of plain tasks (no idempotency key, no delay) this large go through COPY, which
@@ -72,7 +73,7 @@ def copy_pieces(template: TaskSpec, payloads: Sequence[Any], ids: list[uuid.UUID
     limit = template.max_payload_bytes
     for i, j in pieces(len(payloads)):
         piece = payloads[i:j]
-        piece_ids = uuid7.many(len(piece))
+        piece_ids = uuid7.many(len(piece), TaskId)
         ids.extend(piece_ids)
         yield "".join([f"{task_id.hex}{middle}{_copy_text(encode_payload(p, limit))}{end}"
                        for task_id, p in zip(piece_ids, piece)])

@@ -1,11 +1,9 @@
 """New tasks: the statements that write them, for a psycopg Connection and an AsyncConnection alike.
 
-Each way of writing tasks is a *plan*: a generator that yields the database operations to run
-(`_Query`, `_Copy`, `_Idle`) and receives each one's answer. `_run` carries a plan out on a
-Connection, `_run_async` on an AsyncConnection, so `skiplock.enqueue` and
+Each way of writing tasks is a *plan* (plans.py), so `skiplock.enqueue` and
 `skiplock.enqueue_async` run the very same statements, savepoints, idempotency lookups and
-errors, and cannot drift apart. An error of an operation is thrown into the plan at its yield,
-so a plan's `try` rolls back its own savepoint.
+errors. The inserts a unique key or a debounce key may turn into an existing task are
+unique_inserts.py's; a plain enqueue never reaches them.
 
 Every plan writes in the caller's transaction: inside a savepoint when the connection is in one
 (or will be: a connection that is not in autocommit opens one at the first statement), so that a
@@ -17,125 +15,21 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
 
 from .. import queries
-from ..errors import InvalidInput, MigrationError, SkiplockError
-from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec, uuid7
+from ..errors import InvalidInput, MigrationError
+from ..ids import TaskId, existing_id, uuid7
+from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec
 from .connection import jsonb
 from .copy import COPY_THRESHOLD, copy_line, copy_pieces, pieces
-from .translation import translated_errors
-
-
-class _RawJson(psycopg.types.json.Jsonb):
-    """Already-encoded JSON text, passed through without a second dumps()."""
-
-    def __init__(self, text: str):
-        super().__init__(text, dumps=lambda text: text)
-
-
-class _Query(NamedTuple):
-    """Run a statement; answers its rows ([] for a statement that returns none)."""
-    sql: str
-    params: dict | None = None
-
-
-class _Copy(NamedTuple):
-    """COPY FROM STDIN, the texts written piece by piece; answers None."""
-    sql: str
-    texts: Iterable[str]
-
-
-class _Idle(NamedTuple):
-    """Answers whether the connection is in autocommit and outside a transaction (a statement
-    there is a transaction of its own)."""
-
-
-Plan = Generator[Any, Any, Any]
-
-
-def _run(conn: psycopg.Connection, plan: Plan) -> Any:
-    outcome: tuple[Any, Exception | None] = (None, None)
-    while True:
-        try:
-            op = _next(plan, outcome)
-        except StopIteration as done:
-            return done.value
-        try:
-            with translated_errors(conn):
-                if isinstance(op, _Query):
-                    cursor = conn.execute(op.sql, op.params)
-                    outcome = (cursor.fetchall() if cursor.description else [], None)
-                elif isinstance(op, _Copy):
-                    with conn.cursor().copy(op.sql) as copy:
-                        for text in op.texts:  # an error here (a payload refused) aborts the COPY
-                            copy.write(text.encode())
-                    outcome = (None, None)
-                else:
-                    outcome = (_idle(conn), None)
-        except Exception as exc:
-            outcome = (None, exc)
-
-
-async def _run_async(conn: psycopg.AsyncConnection, plan: Plan) -> Any:
-    outcome: tuple[Any, Exception | None] = (None, None)
-    while True:
-        try:
-            op = _next(plan, outcome)
-        except StopIteration as done:
-            return done.value
-        try:
-            with translated_errors(conn):
-                if isinstance(op, _Query):
-                    cursor = await conn.execute(op.sql, op.params)
-                    outcome = (await cursor.fetchall() if cursor.description else [], None)
-                elif isinstance(op, _Copy):
-                    async with conn.cursor().copy(op.sql) as copy:
-                        for text in op.texts:
-                            await copy.write(text.encode())
-                    outcome = (None, None)
-                else:
-                    outcome = (_idle(conn), None)
-        except Exception as exc:
-            outcome = (None, exc)
-
-
-def _next(plan: Plan, outcome: tuple[Any, Exception | None]) -> Any:
-    """The plan's next operation, given the last one's (answer, error): an error is raised in
-    the plan where it yielded. StopIteration carries the plan's result."""
-    reply, error = outcome
-    return plan.send(reply) if error is None else plan.throw(error)
-
-
-def _idle(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
-    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def _unit(inner: Plan, *, one_statement: bool) -> Plan:
-    """`inner` as all or nothing in the caller's transaction: a savepoint, rolled back if it
-    fails. On an idle autocommit connection, a single statement needs nothing around it, and
-    several get a transaction of their own."""
-    if (yield _Idle()):
-        if one_statement:
-            return (yield from inner)
-        begin, keep, undo = "BEGIN", "COMMIT", "ROLLBACK"
-    else:
-        begin, keep, undo = ("SAVEPOINT skiplock_enqueue", "RELEASE SAVEPOINT skiplock_enqueue",
-                             "ROLLBACK TO SAVEPOINT skiplock_enqueue")
-    yield _Query(begin)
-    try:
-        result = yield from inner
-    except BaseException:
-        try:
-            yield _Query(undo)
-        except SkiplockError:
-            pass  # the connection itself is broken: the original error says why
-        raise
-    yield _Query(keep)
-    return result
+# _Query, _run, _run_async and _unit are named here too: signal_sends.py imports them from here
+from .plans import Plan, _Copy, _Idle, _Query, _RawJson, _run, _run_async, _unit  # noqa: F401
+from .plans import columns as _columns
+from .unique_inserts import keyed_plan
 
 
 # -- plans
@@ -147,7 +41,9 @@ def _insert_plan(specs: Sequence[TaskSpec], schema: str) -> Plan:
     if not specs:
         return []
     sql = queries.load(schema)
-    ids = uuid7.many(len(specs))
+    ids = uuid7.many(len(specs), TaskId)
+    if any(s.unique is not None or s.debounce is not None for s in specs):
+        return (yield from _unit(keyed_plan(specs, ids, sql), one_statement=False))
     if any(s.depends_on for s in specs):
         return (yield from _unit(_dependent_plan(specs, ids, sql, schema), one_statement=False))
     if len(specs) >= COPY_THRESHOLD and all(
@@ -181,24 +77,13 @@ def _insert_plan(specs: Sequence[TaskSpec], schema: str) -> Plan:
             if owner is None:
                 orphans.append(i)
             else:
-                ids[i] = owner
+                ids[i] = existing_id(owner)
     if orphans:
         # the key's task was deleted (retention) between our INSERT and the lookup: the key is
         # free again, so insert these once more
         for i, task_id in zip(orphans, (yield from _insert_plan([specs[i] for i in orphans], schema))):
             ids[i] = task_id
     return ids
-
-
-def _columns(specs: Sequence[TaskSpec], ids: list[uuid.UUID]) -> dict:
-    """The parallel arrays of task_insert and task_insert_dependent."""
-    return dict(
-        ids=ids, kinds=[s.kind for s in specs], queues=[s.queue for s in specs],
-        priorities=[s.priority for s in specs], payloads=[_RawJson(s.payload_json) for s in specs],
-        max_attempts=[s.max_attempts for s in specs], delays=[s.delay for s in specs],
-        run_ats=[s.run_at for s in specs], idempotency_keys=[s.idempotency_key for s in specs],
-        concurrency_keys=[s.concurrency_key for s in specs],
-        trace_contexts=[jsonb(s.trace_context) for s in specs])
 
 
 def _dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: dict[str, str], schema: str) -> Plan:
@@ -228,7 +113,8 @@ def _dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: dict[s
         # a taken idempotency key: the existing task stands, with the parents it has
         keys = list({s.idempotency_key for s, i in zip(specs, ids) if i not in new})
         existing = dict((yield _Query(sql["task_ids_by_idempotency_key"], {"keys": keys})))
-        ids = [i if i in new else existing.get(s.idempotency_key, i) for s, i in zip(specs, ids)]
+        ids = [i if i in new or s.idempotency_key not in existing else existing_id(existing[s.idempotency_key])
+               for s, i in zip(specs, ids)]
     edges = [(i, p) for s, i in zip(specs, ids) if i in new for p in s.depends_on]
     yield _Query(sql["task_dependencies_insert"], {"task_ids": [e[0] for e in edges],
                                                    "parent_ids": [e[1] for e in edges]})

@@ -259,6 +259,9 @@ class TaskStore:
         if rows:
             return rows[0][1]
         state = self.task_get(task_id).state
+        if state in (FAILED, CANCELLED):  # _task_unique_free held it back
+            raise TaskNotResumable(f"task {task_id} is {state}, and another task holds its unique key now: "
+                                   "resume it once that one no longer blocks (finished outside its unique states)")
         raise TaskNotResumable(f"task {task_id} is {state}; only failed or cancelled tasks can be resumed")
 
     # -- bulk operator actions: the tasks of a filter, in batches of short transactions
