@@ -188,3 +188,15 @@ def test_a_worker_takes_the_backends_database_when_the_environment_names_none(sh
                                               "OPTIONS": {"DATABASE_URL": own_database, "SCHEMA": "elsewhere"}}}):
         derived = setup(None, Settings.from_env({}))
     assert (derived.database_url, derived.db_schema) == (own_database, "elsewhere")
+
+
+def test_unique_and_debounce_reach_django_tasks_through_with_options(shop):
+    from orders.tasks import send_receipt, stock_report
+
+    unique = stock_report.with_options(unique=skiplock.Unique(by_payload=True, period=3600))
+    first, again, other = unique.enqueue("widget"), unique.enqueue("widget"), unique.enqueue("gadget")
+    assert first.id == again.id != other.id
+    debounced = send_receipt.with_options(debounce=skiplock.Debounce(key="order-9", delay=60))
+    merged = [debounced.enqueue(9, attempt) for attempt in range(3)]
+    assert len({r.id for r in merged}) == 1 and merged[-1].args == [9, 2]  # the last enqueue's arguments
+    assert harness.scalar(shop, "SELECT count(*) FROM skiplock.tasks") == 3
