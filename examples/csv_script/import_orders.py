@@ -18,7 +18,7 @@ import os
 import sys
 
 import skiplock
-from skiplock.engine.errors import SkiplockError
+from skiplock import SkiplockError
 
 COLUMNS = ("reference", "item", "quantity")
 

@@ -25,6 +25,7 @@ from .engine.enqueue_options import Debounce, Unique
 from .engine.ids import TaskId
 from .engine.model import TaskSpec
 from .engine.payload_types import payload_for_enqueue, payloads_for_enqueue
+from .engine.registry import queue_of
 from .engine.store import AsyncConnection, Connection
 
 
@@ -97,7 +98,7 @@ def _commit_lost(exc: ConnectionLost) -> ConnectionLost:
 
 
 def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
-            queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+            queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
             delay: float | None = None, idempotency_key: str | None = None, max_attempts: int | None = None,
             concurrency_key: str | None = None, depends_on: Iterable[uuid.UUID | str] | None = None,
             on_parent_failure: str = "cancel", unique: Unique | None = None, debounce: Debounce | None = None,
@@ -106,7 +107,8 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
     existing task's (its `idempotency_key` or `unique` key was taken, or `debounce` merged this
     enqueue into the task that waits).
 
-    priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
+    queue: None (the default) is the queue @task declared for `kind` when this process imported
+    its definition, else "default". priority: higher runs first. run_at (aware datetime) or delay (seconds): not before then.
     max_attempts: None uses the kind's (from @task, 3 if not declared).
     concurrency_key: the task's group under its kind's limits (`skiplock limits`); tasks without
     one form one group per kind.
@@ -125,6 +127,7 @@ def enqueue(conn_or_url: Connection | str, kind: str, payload: Any = None, *,
 
 def _one(kind: str, payload: Any, **fields) -> store_mod.TaskWrite:
     payload = payload_for_enqueue(kind, payload)  # a typed kind's validated JSON form
+    fields["queue"] = queue_of(kind, fields["queue"])
     return store_mod.TaskWrite(specs=[TaskSpec(kind, payload, max_payload_bytes=_max_payload(), **fields)])
 
 
@@ -141,7 +144,7 @@ def _counted(ids: list, kind: str, unique: Unique | None) -> list:
 
 
 def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[Any], *,
-                 queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                 queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
                  delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
                  max_attempts: int | None = None, concurrency_key: str | None = None,
                  concurrency_keys: Iterable[str | None] | None = None,
@@ -162,7 +165,7 @@ def enqueue_many(conn_or_url: Connection | str, kind: str, payloads: Iterable[An
 
 
 async def enqueue_async(conn_or_url: AsyncConnection | str, kind: str, payload: Any = None, *,
-                        queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                        queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
                         delay: float | None = None, idempotency_key: str | None = None,
                         max_attempts: int | None = None, concurrency_key: str | None = None,
                         depends_on: Iterable[uuid.UUID | str] | None = None, on_parent_failure: str = "cancel",
@@ -179,7 +182,7 @@ async def enqueue_async(conn_or_url: AsyncConnection | str, kind: str, payload: 
 
 
 async def enqueue_many_async(conn_or_url: AsyncConnection | str, kind: str, payloads: Iterable[Any], *,
-                             queue: str = "default", priority: int = 0, run_at: dt.datetime | None = None,
+                             queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
                              delay: float | None = None, idempotency_keys: Iterable[str | None] | None = None,
                              max_attempts: int | None = None, concurrency_key: str | None = None,
                              concurrency_keys: Iterable[str | None] | None = None,
@@ -197,12 +200,13 @@ async def enqueue_many_async(conn_or_url: AsyncConnection | str, kind: str, payl
     return _counted(await _insert_async(conn_or_url, schema, write), kind, unique)
 
 
-def _many(kind: str, payloads: Iterable[Any], *, queue: str, priority: int, run_at: dt.datetime | None,
+def _many(kind: str, payloads: Iterable[Any], *, queue: str | None, priority: int, run_at: dt.datetime | None,
           delay: float | None, idempotency_keys: Iterable[str | None] | None, max_attempts: int | None,
           concurrency_key: str | None, concurrency_keys: Iterable[str | None] | None,
           depends_on: Iterable[uuid.UUID | str] | None, on_parent_failure: str, unique: Unique | None = None,
           debounce: Debounce | None = None) -> store_mod.TaskWrite:
     """enqueue_many's tasks, validated: the COPY path's template and payloads, or specs."""
+    queue = queue_of(kind, queue)
     payloads = payloads_for_enqueue(kind, list(payloads))
     keys = list(idempotency_keys) if idempotency_keys is not None else None
     if keys is not None and len(keys) != len(payloads):

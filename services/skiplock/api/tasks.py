@@ -25,6 +25,7 @@ from ..engine.enqueue_options import debounce_from, unique_from
 from ..engine.model import (FINISHED_STATES, MAX_CONCURRENCY_KEY_BYTES, MAX_PARENTS, ON_PARENT_FAILURE, STATES,
                             Task, TaskSpec)
 from ..engine.payload_types import payload_for_enqueue
+from ..engine.registry import queue_of
 from ..engine.store import Store
 from ..engine.task_actions import (BULK_ACTIONS, BULK_BATCH_SIZE, BULK_DEFAULT_LIMIT, BULK_MAX_IDS, BULK_MAX_LIMIT,
                                    TaskFilter, bulk)
@@ -59,7 +60,8 @@ CONCURRENCY_KEY = String(f"The task's group under its kind's flow-control limit 
 def _task_fields() -> dict:
     return {
         "kind": Name("The handler's kind.", example="reports.daily"),
-        "queue": Name(default="default"),
+        "queue": Name("Absent: the queue @task declared for the kind when the API knows its definition "
+                      "(SKIPLOCK_TASKS), else `default` (GET /v1/kinds shows which).", nullable=True),
         "priority": Integer("Higher runs first.", minimum=-32768, maximum=32767, default=0),
         "payload": JsonObject("The handler's input: at most SKIPLOCK_MAX_PAYLOAD_BYTES (1 MiB) as compact "
                               "JSON, else 413.", default={}),
@@ -100,6 +102,7 @@ def _spec(item: dict, key: str | None, max_payload: int, where: str) -> tuple[Ta
     """A validated body item as (TaskSpec, fingerprint for its key, deadline)."""
     if item.get("run_at") is not None and item.get("delay") is not None:
         raise InvalidInput(f"{where}run_at, {where}delay: give one of them, not both")
+    item["queue"] = queue_of(item["kind"], item.get("queue"))  # before the fingerprint reads it
     try:
         payload = payload_for_enqueue(item["kind"], item["payload"])  # a typed kind's, validated
         spec = TaskSpec(item["kind"], payload, queue=item["queue"], priority=item["priority"],

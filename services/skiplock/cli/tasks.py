@@ -70,7 +70,9 @@ def add_enqueue_parser(sub) -> None:
     e = sub.add_parser("enqueue", help="enqueue one task and print its id")
     e.add_argument("kind")
     e.add_argument("--payload", default="{}", help="JSON payload (default {})")
-    e.add_argument("--queue", default="default")
+    e.add_argument("--queue", default=None,
+                   help="default: the queue @task declared for the kind if SKIPLOCK_TASKS names its module, "
+                        "else 'default'")
     e.add_argument("--priority", type=int, default=0, help="higher runs first")
     when = e.add_mutually_exclusive_group()
     when.add_argument("--delay", type=float, help="seconds from now")
@@ -121,6 +123,10 @@ def run_enqueue(args) -> int:
             raise InvalidInput(f"--run-at {args.run_at!r}: not an ISO 8601 time") from None
         if run_at.tzinfo is None:
             raise InvalidInput(f"--run-at {args.run_at!r}: add a UTC offset, e.g. 2030-01-01T09:00:00+00:00")
+    if args.queue is None and settings.tasks:
+        from ..engine.registry import import_task_modules
+
+        import_task_modules(settings.tasks)  # the kind's declared queue (and its payload model)
     try:
         task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
                           priority=args.priority, delay=args.delay, run_at=run_at,

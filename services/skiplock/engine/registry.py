@@ -53,6 +53,16 @@ class Registry:
 REGISTRY = Registry(MODELS)
 
 
+def queue_of(kind: str, queue: str | None = None) -> str:
+    """The queue an enqueue of `kind` uses: `queue` when given, else the queue @task declared for
+    the kind where this process knows its definition (its tasks module is imported: the worker,
+    the API with SKIPLOCK_TASKS, an application that imported it), else `default`."""
+    if queue is not None:
+        return queue
+    definition = REGISTRY.get(kind)
+    return definition.queue if definition is not None else "default"
+
+
 def import_task_modules(modules: Iterable[str]) -> None:
     """Import the modules named in SKIPLOCK_TASKS so their @task decorators register.
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..engine.model import ClaimedTask, Parent, TooManyChildren
+from ..engine.registry import queue_of
 from .durable import DurableRun, Suspend, checked_seconds, checked_when, task_ids
 from .held_transaction import HeldTransaction
 
@@ -107,7 +108,7 @@ class TaskContext:
         from ..enqueueing import enqueue
 
         self._count_children(1)
-        self._register(options.get("queue", "default"), kind)
+        self._register(queue_of(kind, options.get("queue")), kind)
         return enqueue(self._held_connection(), kind, payload, schema=self._store.schema, **options)
 
     def enqueue_many(self, kind: str, payloads, **options) -> list[uuid.UUID]:
@@ -116,7 +117,7 @@ class TaskContext:
 
         payloads = list(payloads)
         self._count_children(len(payloads))
-        self._register(options.get("queue", "default"), kind)
+        self._register(queue_of(kind, options.get("queue")), kind)
         return enqueue_many(self._held_connection(), kind, payloads, schema=self._store.schema, **options)
 
     def _count_children(self, more: int) -> None:

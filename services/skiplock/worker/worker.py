@@ -161,6 +161,11 @@ class Worker:
                                      healthy_gauge=self.metrics.listener_healthy.labels(role="worker")).start()
         return self
 
+    def unclaimed_kinds(self) -> dict[str, str]:
+        """{kind: declared queue} of the registered kinds whose queue this worker does not claim."""
+        found = {kind: self.registry.get(kind).queue for kind in self.registry.kinds()}
+        return {kind: queue for kind, queue in found.items() if queue not in self.config.queues}
+
     def run(self) -> int:
         """Claim and run until stopped; then drain, release and return the exit code."""
         self.keeper.start_registering()  # the keeper's first tick inserts the row
@@ -168,6 +173,12 @@ class Worker:
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
                                            "concurrency": self.config.concurrency,
                                            "kinds": self.registry.kinds()})
+        unclaimed = self.unclaimed_kinds()
+        if unclaimed:
+            # an enqueue without queue= puts these kinds in their declared queue: say so, not nothing
+            log.warning("kinds declare queues this worker does not claim: their tasks wait for another worker "
+                        "(add the queues to SKIPLOCK_QUEUES)",
+                        extra={"kinds": unclaimed, "queues": list(self.config.queues)})
         self.completer.start()
         self.claimer.run()
         self.shutdown()
