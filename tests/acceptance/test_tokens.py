@@ -60,8 +60,8 @@ def test_printed_entries_configure_the_api_and_the_printed_tokens_authenticate(p
         ("skiplock", importlib.metadata.version("skiplock"), "1", "/v1/openapi.json")
     assert body["links"] == {"audit": "/v1/audit", "deliveries": "/v1/deliveries", "kinds": "/v1/kinds",
                              "limits": "/v1/limits",
-                             "queues": "/v1/queues", "schedules": "/v1/schedules", "tasks": "/v1/tasks",
-                             "webhooks": "/v1/webhooks", "workers": "/v1/workers"}
+                             "queues": "/v1/queues", "schedules": "/v1/schedules", "signals": "/v1/signals",
+                             "tasks": "/v1/tasks", "webhooks": "/v1/webhooks", "workers": "/v1/workers"}
     for path in body["links"].values():  # every link is a real collection (a token is all it needs)
         assert call("GET", path, admin_token).status_code == 200, path
     assert call("GET", body["openapi"], None).json()["info"]["title"] == "skiplock API"
