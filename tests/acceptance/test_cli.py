@@ -154,7 +154,8 @@ def test_schedules_fire_now_and_its_decisions_from_the_command_line(db_url, db, 
     assert (bad.returncode, bad.stderr) == (1, "skiplock schedules: --limit 0: must be 1-1000\n")
     audit = db.execute("SELECT actor LIKE 'cli:%', action, target, outcome, detail->>'created' "
                        "FROM skiplock.audit_log ORDER BY id").fetchall()
-    assert audit == [(True, "schedule.fire", "hourly", "ok", "true"), (True, "schedule.fire", "hourly", "ok", "false"),
+    assert audit == [(True, "schedule.create", "hourly", "ok", None),  # the apply
+                     (True, "schedule.fire", "hourly", "ok", "true"), (True, "schedule.fire", "hourly", "ok", "false"),
                      (True, "schedule.fire", "nope", "schedule.not_found", None)]
 
 

@@ -69,8 +69,9 @@ def test_endpoint_lifecycle(db_url, db):
 
     listed = skiplock("webhooks", "list", url=db_url)
     assert listed.returncode == 0
-    assert listed.stdout == (f"{endpoint_id}  {hook}  events=task.completed,task.failed  enabled  "
-                             "pending=0 dead=0\n")
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["ID", "URL", "EVENTS", "STATE", "PENDING", "DEAD", "CREATED", "(UTC)"]
+    assert row.split()[:6] == [endpoint_id, hook, "task.completed,task.failed", "enabled", "0", "0"]
 
     rotated = skiplock("webhooks", "rotate-secret", endpoint_id, url=db_url)
     assert rotated.returncode == 0, rotated.stderr
@@ -85,7 +86,7 @@ def test_endpoint_lifecycle(db_url, db):
     redeliver = skiplock("deliveries", "redeliver", "--endpoint", endpoint_id, url=db_url)
     assert (redeliver.returncode, redeliver.stdout) == (0, "0 deliveries queued again\n")
     listed = skiplock("deliveries", "list", "--endpoint", endpoint_id, url=db_url)
-    assert (listed.returncode, listed.stdout) == (0, "")
+    assert (listed.returncode, listed.stdout) == (0, "no deliveries\n")
 
     # disabled (as a 410 would), then enabled again
     db.execute("UPDATE skiplock.webhook_endpoints SET enabled = false, disabled_reason = 'receiver answered 410' "

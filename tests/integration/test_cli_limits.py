@@ -67,10 +67,13 @@ def test_set_list_and_delete(run, db, store):
     assert run("limits", "delete", "report.build") == (0, "deleted: report.build\n", "")
     assert run("limits", "delete", "report.build") == (1, "", "skiplock limits: no limit for kind 'report.build'\n")
     assert [k for (k,) in db.execute("SELECT kind FROM skiplock.limits").fetchall()] == ["mail.send"]
-    assert audit(db) == [(ACTOR, "limit.set", "mail.send", "ok"), (ACTOR, "limit.set", "mail.send", "ok"),
-                         (ACTOR, "limit.set", "mail.send", "ok"), (ACTOR, "limit.set", "report.build", "ok"),
-                         (ACTOR, "limit.delete", "report.build", "ok"),
-                         (ACTOR, "limit.delete", "report.build", "limit.not_found")]
+    rows = audit(db)
+    tasks = db.execute("SELECT id::text FROM skiplock.tasks ORDER BY id").fetchall()
+    assert [r for r in rows if r[1] == "task.submit"] == [(ACTOR, "task.submit", i, "ok") for (i,) in tasks]
+    assert [r for r in rows if r[1] != "task.submit"] == [
+        (ACTOR, "limit.set", "mail.send", "ok"), (ACTOR, "limit.set", "mail.send", "ok"),
+        (ACTOR, "limit.set", "mail.send", "ok"), (ACTOR, "limit.set", "report.build", "ok"),
+        (ACTOR, "limit.delete", "report.build", "ok"), (ACTOR, "limit.delete", "report.build", "limit.not_found")]
 
 
 @pytest.mark.parametrize("args,message", [

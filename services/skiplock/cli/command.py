@@ -1,5 +1,6 @@
-"""What the `skiplock` commands share: the actor their audit rows name, the one-connection store
-a command opens, and how answers are printed (an aligned table, or with `-o json` one JSON
+"""What the `skiplock` commands share: the actor their audit rows name and how a change writes
+them (`audited`, the CLI's twin of api/audit.audited), the one-connection store a command opens,
+and how answers are printed (an aligned table, or with `-o json` one JSON
 document, the API's answer to the same request).
 
 Nothing here imports Flask or werkzeug: only `skiplock api` loads them, when it starts the API.
@@ -8,11 +9,14 @@ Nothing here imports Flask or werkzeug: only `skiplock api` loads them, when it 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import getpass
 import json
 import os
 import re
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ..engine.errors import InvalidInput, SkiplockError
 from ..engine.settings import Settings
@@ -23,6 +27,31 @@ def actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no name for this uid (a bare container)
         return f"cli:uid-{os.getuid()}"
+
+
+@dataclasses.dataclass
+class Change:
+    """The audit row of one command's change, filled in as its target and detail become known."""
+
+    action: str
+    target: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+@contextmanager
+def audited(store, action: str, target: str | None = None) -> Iterator[tuple[Any, Change]]:
+    """Run a change on one transaction's store and add its audit row (outcome ok, actor
+    `cli:<os user>`) to that transaction, as the API's route does; a refusal (a 4xx error) rolls
+    the change back and writes its row on its own, outcome = the error's code."""
+    change = Change(action, target)
+    try:
+        with store.transaction() as tx:
+            yield tx, change
+            tx.audit.audit_insert(actor=actor(), action=change.action, target=change.target, request_id=None,
+                                  outcome="ok", detail=change.detail)
+    except SkiplockError as exc:
+        _record_refusal(store, (change.action, change.target), exc)
+        raise
 
 
 def open_store(settings: Settings):

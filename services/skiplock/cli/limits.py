@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from ..engine.errors import LimitNotFound, SkiplockError
+from ..engine.errors import LimitNotFound
 from ..engine.settings import Settings
-from .command import actor, open_store, print_table
+from .command import actor, audited, open_store, print_table
 
 
 def add_parsers(sub) -> None:
@@ -86,19 +86,9 @@ def _set(store, limit) -> None:
 
 
 def _delete(store, kind: str) -> None:
-
-    who = actor()
-    try:
-        with store.transaction() as tx:
-            if not tx.limits.limit_delete([kind]):  # raising rolls back
-                raise LimitNotFound(f"no limit for kind {kind!r}")
-            tx.audit.audit_insert(actor=who, action="limit.delete", target=kind, request_id=None, outcome="ok",
-                                  detail=None)
-    except SkiplockError as exc:
-        if 400 <= exc.status < 500:  # the refusal's row, as the API writes one
-            store.audit.audit_insert(actor=who, action="limit.delete", target=kind, request_id=None,
-                                     outcome=exc.code, detail={"message": " ".join(str(exc).split())[:500]})
-        raise
+    with audited(store, "limit.delete", kind) as (tx, _change):
+        if not tx.limits.limit_delete([kind]):  # raising rolls back; the refusal's row is written
+            raise LimitNotFound(f"no limit for kind {kind!r}")
     print(f"deleted: {kind}")
 
 

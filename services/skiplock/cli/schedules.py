@@ -1,13 +1,16 @@
 """`skiplock schedules apply|list|delete|pause|resume|fire|fires`: schedules, declared in a
-YAML file and applied; `fire` writes the audit row POST /v1/schedules/{name}/fire writes."""
+YAML file and applied. Each change writes the audit row of the API's matching route (actor
+`cli:<os user>`): apply one `schedule.create|update|delete` per schedule it changes, delete
+`schedule.delete`, pause and resume `schedule.update` (PATCH {"enabled"}), fire `schedule.fire`;
+a refused one (not found) its row with the error's code."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from ..engine.errors import InvalidInput, SkiplockError
+from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
-from .command import actor, open_store, print_table
+from .command import actor, audited, open_store, print_table
 
 
 def add_parsers(sub) -> None:
@@ -34,7 +37,7 @@ def run(args) -> int:
 
 
 def _schedules(args, settings: Settings) -> int:
-    from ..engine.schedule_actions import apply_schedules, set_schedule_enabled
+    from ..engine.schedule_actions import set_schedule_enabled
     from ..engine.schedules import load_file
 
     definitions = load_file(args.file) if args.action == "apply" else None
@@ -50,23 +53,22 @@ def _schedules(args, settings: Settings) -> int:
     store = open_store(settings)
     try:
         if args.action == "apply":
-            report = apply_schedules(store, definitions, prune=args.prune,
-                                            max_payload_bytes=settings.max_payload_bytes)
-            for outcome in ("created", "updated", "unchanged", "deleted"):
-                for name in report[outcome]:
-                    print(f"{outcome}: {name}")
-            print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
+            _apply(store, definitions, args, settings)
         elif args.action == "list":
             _print_schedules(store.schedules.schedule_list())
         elif args.action == "delete":
-            store.schedules.schedule_delete(args.name)
+            with audited(store, "schedule.delete", args.name) as (tx, _change):
+                tx.schedules.schedule_delete(args.name)
             print(f"deleted: {args.name}")
         elif args.action == "fire":
             _fire_schedule(store, args.name, settings)
         elif args.action == "fires":
             _print_fires(store, args.name, args.limit)
         else:
-            set_schedule_enabled(store, args.name, args.action == "resume")
+            # as PATCH /v1/schedules/{name} {"enabled": ...}, the API's pause and resume
+            with audited(store, "schedule.update", args.name) as (tx, change):
+                set_schedule_enabled(tx, args.name, args.action == "resume")
+                change.detail = {"fields": ["enabled"]}
             print(f"{'resumed' if args.action == 'resume' else 'paused'}: {args.name}")
     finally:
         store.close()
@@ -79,21 +81,32 @@ def _fire_schedule(store, name: str, settings: Settings) -> None:
     from ..api.render import iso
     from ..engine.schedule_actions import fire_schedule_now
 
-    who = actor()
-    try:
-        with store.transaction() as tx:
-            nominal, task_id, created = fire_schedule_now(tx, name, detail=f"fired now by {who}",
-                                                          max_payload_bytes=settings.max_payload_bytes)
-            tx.audit.audit_insert(actor=who, action="schedule.fire", target=name, request_id=None, outcome="ok",
-                                  detail={"nominal_at": iso(nominal), "task_id": str(task_id), "created": created})
-    except SkiplockError as exc:
-        if 400 <= exc.status < 500:
-            store.audit.audit_insert(actor=who, action="schedule.fire", target=name, request_id=None,
-                                     outcome=exc.code, detail={"message": " ".join(str(exc).split())[:500]})
-        raise
+    with audited(store, "schedule.fire", name) as (tx, change):
+        nominal, task_id, created = fire_schedule_now(tx, name, detail=f"fired now by {actor()}",
+                                                      max_payload_bytes=settings.max_payload_bytes)
+        change.detail = {"nominal_at": iso(nominal), "task_id": str(task_id), "created": created}
     tick = iso(nominal)
     print(f"fired: {name} at {tick}, task {task_id}" if created
           else f"already fired in this tick: {name} at {tick}, task {task_id}")
+
+
+def _apply(store, definitions, args, settings: Settings) -> None:
+    """The file's schedules in one transaction, with the audit rows the API writes for the same
+    changes: `schedule.create`, `schedule.update` or `schedule.delete` (--prune) per schedule
+    changed (an unchanged one writes none), each naming the file."""
+    from ..engine.schedule_actions import apply_schedules
+
+    with store.transaction() as tx:
+        report = apply_schedules(tx, definitions, prune=args.prune, max_payload_bytes=settings.max_payload_bytes)
+        for outcome, action in (("created", "schedule.create"), ("updated", "schedule.update"),
+                                ("deleted", "schedule.delete")):
+            for name in report[outcome]:
+                tx.audit.audit_insert(actor=actor(), action=action, target=name, request_id=None, outcome="ok",
+                                      detail={"file": args.file})
+    for outcome in ("created", "updated", "unchanged", "deleted"):
+        for name in report[outcome]:
+            print(f"{outcome}: {name}")
+    print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
 
 
 def _print_fires(store, name: str, limit: int) -> None:

@@ -16,7 +16,8 @@ import sys
 from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
 from ..engine.task_actions import BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task
-from .command import actor, cell, output_option, page_table, print_table, query, run_work
+from .command import (actor, cell, open_store, output_option, page_table, print_table, printable, query,
+                      run_work)
 
 # `tasks wait` gives up after this many seconds unless told otherwise
 WAIT_DEFAULT_SECONDS = 60
@@ -127,13 +128,19 @@ def run_enqueue(args) -> int:
         from ..engine.registry import import_task_modules
 
         import_task_modules(settings.tasks)  # the kind's declared queue (and its payload model)
+    unique, debounce = _unique(args), _debounce(args)
+    store = open_store(settings)
     try:
-        task_id = enqueue(settings.require_database_url(), args.kind, payload, queue=args.queue,
-                          priority=args.priority, delay=args.delay, run_at=run_at,
-                          idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
-                          concurrency_key=args.concurrency_key, depends_on=args.depends_on,
-                          on_parent_failure=args.on_parent_failure, unique=_unique(args), debounce=_debounce(args),
-                          schema=settings.db_schema)
+        # the task and its audit row (task.submit, as POST /v1/tasks writes) commit together; input
+        # the library refuses is refused before it writes anything, and leaves no row
+        with store.transaction() as tx, tx.connection() as conn:
+            task_id = enqueue(conn, args.kind, payload, queue=args.queue, priority=args.priority, delay=args.delay,
+                              run_at=run_at, idempotency_key=args.idempotency_key, max_attempts=args.max_attempts,
+                              concurrency_key=args.concurrency_key, depends_on=args.depends_on,
+                              on_parent_failure=args.on_parent_failure, unique=unique, debounce=debounce,
+                              schema=settings.db_schema)
+            tx.audit.audit_insert(actor=actor(), action="task.submit", target=str(task_id), request_id=None,
+                                  outcome="ok", detail=None if task_id.created else {"replayed": True})
     except InvalidInput as exc:
         # the library's names, as this command spells its options
         message = str(exc)
@@ -141,6 +148,8 @@ def run_enqueue(args) -> int:
             if message.startswith(name):
                 raise InvalidInput(f"--{name.replace('_', '-')}{message[len(name):]}") from None
         raise
+    finally:
+        store.close()
     print(task_id)
     if not task_id.created:
         print(f"{task_id}: an existing task (its key was taken, or the enqueue merged into it)", file=sys.stderr)
@@ -230,9 +239,27 @@ def _task_view(store, task) -> tuple[dict, object]:
             if body[f"{name}_truncated"]:
                 ids = [*ids, f"... (the first {render.RELATIVES_SHOWN} shown)"]
             rows += [(name if i == 0 else "", v) for i, v in enumerate(ids)]
+        elif name == "last_error" and value is not None:
+            rows.append((name, error_text(body)))
+        elif name == "last_error_traceback" and value is not None:
+            rows.append((name, "(below)"))
         elif not name.endswith("_truncated"):
             rows.append((name, cell(value)))
-    return body, lambda: print_table(("FIELD", "VALUE"), rows, "")
+
+    def table():
+        print_table(("FIELD", "VALUE"), rows, "")
+        if body["last_error_traceback"] is not None:
+            # its own lines, as Python printed it: a traceback flattened onto one line is unreadable
+            print("\nearlier traceback:" if body["state"] == "completed" else "\ntraceback:")
+            for line in body["last_error_traceback"].rstrip("\n").splitlines():
+                print("  " + printable(line))
+    return body, table
+
+
+def error_text(task: dict) -> str:
+    """A task's last_error on one line; a completed task's is an earlier attempt's, and says so."""
+    text = cell(task["last_error"])
+    return f"earlier error: {text}" if task["state"] == "completed" else text
 
 
 def _wait(args, settings: Settings):
@@ -323,5 +350,6 @@ def _tasks_table(body: dict) -> None:
                 [(t["id"], t["kind"], t["queue"],
                   f"{t['state']} ({waiting_text(t['waiting_for'])})" if t["waiting_for"] else t["state"],
                   f"{t['attempts']}/{t['max_attempts']}" if t.get("max_attempts") else str(t["attempts"]),
-                  cell(t["created_at"]), cell(t["last_error"])[:60]) for t in body["tasks"]],
+                  cell(t["created_at"]), "-" if t["last_error"] is None else error_text(t)[:60])
+                 for t in body["tasks"]],
                 "no tasks", body["next_cursor"])

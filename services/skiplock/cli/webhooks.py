@@ -1,11 +1,16 @@
 """`skiplock webhooks add|list|remove|rotate-secret|enable` and `skiplock deliveries
-list|redeliver`: the webhook endpoints and what was sent to them."""
+list|redeliver`: the webhook endpoints and what was sent to them, newest first. Each change writes
+the audit row of the API's matching route (`webhook.create`, `webhook.delete`,
+`webhook.rotate_secret`, `webhook.enable`, `delivery.redeliver`, `webhook.redeliver`), the actor
+being `cli:<os user>`; a refused one (not found) its row with the error's code."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from ..engine.errors import DeliveryNotFound, InvalidInput
 from ..engine.settings import Settings
-from .command import open_store
+from .command import audited, open_store, print_table
 
 
 def add_parsers(sub) -> None:
@@ -17,7 +22,7 @@ def add_parsers(sub) -> None:
                      help="comma-separated event types, or task.* for all (default)")
     add.add_argument("--secret", help="a whsec_ secret (default: generated)")
     add.add_argument("--description")
-    whs.add_parser("list", help="show endpoints")
+    whs.add_parser("list", help="show endpoints, newest first")
     for action, text in (("remove", "delete an endpoint and its deliveries"),
                          ("rotate-secret", "replace an endpoint's secret; prints the new one"),
                          ("enable", "deliver to an endpoint again (after a 410 disabled it)")):
@@ -27,10 +32,10 @@ def add_parsers(sub) -> None:
 
     dl = sub.add_parser("deliveries", help="inspect and redeliver webhook deliveries")
     dls = dl.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ls = dls.add_parser("list", help="show deliveries")
+    ls = dls.add_parser("list", help="show the latest deliveries, newest first")
     ls.add_argument("--state", choices=("pending", "delivering", "delivered", "dead"))
     ls.add_argument("--endpoint")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int, default=50, help="how many, 1-1000 (default 50)")
     rd = dls.add_parser("redeliver", help="send dead deliveries again: one by id, or all of an endpoint")
     target = rd.add_mutually_exclusive_group(required=True)
     target.add_argument("id", nargs="?")
@@ -53,39 +58,71 @@ def _webhooks(args, settings: Settings) -> int:
         raise InvalidInput(f"--limit {args.limit}: must be 1-1000")
     store = open_store(settings)
     try:
-        if args.command == "webhooks":
-            if args.action == "add":
-                endpoint = store.webhooks.webhook_endpoint_insert(args.url, events, secret, args.description)
-                print(f"id: {endpoint.id}")
-                print(f"secret: {secret}   (shown once: store it with the receiver)")
-            elif args.action == "list":
-                endpoints = store.webhooks.webhook_endpoint_list()
-                if not endpoints:
-                    print("no webhook endpoints")
-                for e in endpoints:
-                    state = "enabled" if e.enabled else f"disabled ({e.disabled_reason})"
-                    print(f"{e.id}  {e.url}  events={','.join(e.event_types)}  {state}  "
-                          f"pending={e.pending} dead={e.dead}")
-            elif args.action == "remove":
-                store.webhooks.webhook_endpoint_delete(args.id)
-                print(f"removed: {args.id}")
-            elif args.action == "rotate-secret":
-                secret = generate_secret()
-                store.webhooks.webhook_endpoint_set_secret(args.id, secret)
-                print(f"secret: {secret}   (shown once)")
-            else:
-                store.webhooks.webhook_endpoint_set_enabled(args.id, True)
-                print(f"enabled: {args.id}")
+        if args.command == "webhooks" and args.action == "list":
+            _print_endpoints(store.webhooks.webhook_endpoint_list())
+        elif args.command == "webhooks" and args.action == "add":
+            with audited(store, "webhook.create") as (tx, change):
+                endpoint = tx.webhooks.webhook_endpoint_insert(args.url, events, secret, args.description)
+                change.target = str(endpoint.id)
+                change.detail = {"url": endpoint.url, "events": events}  # never the secret
+            print(f"id: {endpoint.id}")
+            print(f"secret: {secret}   (shown once: store it with the receiver)")
+        elif args.command == "webhooks":
+            _change_endpoint(store, args.action, args.id, generate_secret)
         elif args.action == "list":
-            for d in store.webhooks.webhook_delivery_list(state=args.state, endpoint_id=args.endpoint,
-                                                          limit=args.limit):
-                print(f"{d.id}  {d.event_type}  {d.state}  attempts={d.attempts}  "
-                      f"last_status={d.last_status}  {d.last_error or ''}".rstrip())
+            _print_deliveries(store.webhooks.webhook_delivery_list_newest(state=args.state, endpoint_id=args.endpoint,
+                                                                          limit=args.limit))
         else:
-            n = store.webhooks.webhook_delivery_redeliver(delivery_id=args.id, endpoint_id=args.endpoint)
-            if args.id and not n:
-                raise DeliveryNotFound(f"no dead delivery {args.id}")
-            print(f"{n} deliver{'y' if n == 1 else 'ies'} queued again")
+            _redeliver(store, args.id, args.endpoint)
     finally:
         store.close()
     return 0
+
+
+def _change_endpoint(store, action: str, endpoint_id: str, generate_secret) -> None:
+    """remove, rotate-secret or enable, audited as DELETE /v1/webhooks/{id} and its POST .../rotate-secret
+    and .../enable are."""
+    with audited(store, {"remove": "webhook.delete", "rotate-secret": "webhook.rotate_secret",
+                         "enable": "webhook.enable"}[action], endpoint_id) as (tx, _change):
+        if action == "remove":
+            tx.webhooks.webhook_endpoint_delete(endpoint_id)
+        elif action == "rotate-secret":
+            secret = generate_secret()
+            tx.webhooks.webhook_endpoint_set_secret(endpoint_id, secret)
+        else:
+            tx.webhooks.webhook_endpoint_set_enabled(endpoint_id, True)
+    if action == "rotate-secret":
+        print(f"secret: {secret}   (shown once)")
+    else:
+        print(f"{'removed' if action == 'remove' else 'enabled'}: {endpoint_id}")
+
+
+def _redeliver(store, delivery_id: str | None, endpoint_id: str | None) -> None:
+    """One dead delivery (audited delivery.redeliver) or an endpoint's (webhook.redeliver)."""
+    with audited(store, "delivery.redeliver" if delivery_id else "webhook.redeliver",
+                 delivery_id or endpoint_id) as (tx, change):
+        n = tx.webhooks.webhook_delivery_redeliver(delivery_id=delivery_id, endpoint_id=endpoint_id)
+        if delivery_id and not n:  # raising rolls back; the refusal's row is written
+            raise DeliveryNotFound(f"no dead delivery {delivery_id}")
+        change.detail = None if delivery_id else {"redelivered": n}
+    print(f"{n} deliver{'y' if n == 1 else 'ies'} queued again")
+
+
+def _print_endpoints(endpoints) -> None:
+    """Newest first, as `tasks list` (GET /v1/webhooks answers oldest first: its JSON is unchanged)."""
+    endpoints = sorted(endpoints, key=lambda e: (e.created_at, str(e.id)), reverse=True)
+    print_table(("ID", "URL", "EVENTS", "STATE", "PENDING", "DEAD", "CREATED (UTC)"),
+                [(str(e.id), e.url, ",".join(e.event_types),
+                  "enabled" if e.enabled else f"disabled ({e.disabled_reason})", str(e.pending), str(e.dead),
+                  _utc(e.created_at)) for e in endpoints], "no webhook endpoints")
+
+
+def _print_deliveries(deliveries) -> None:
+    print_table(("ID", "ENDPOINT", "EVENT", "STATE", "ATTEMPTS", "LAST STATUS", "CREATED (UTC)", "LAST ERROR"),
+                [(str(d.id), str(d.endpoint_id), d.event_type, d.state, str(d.attempts),
+                  "-" if d.last_status is None else str(d.last_status), _utc(d.created_at),
+                  " ".join((d.last_error or "-").split())[:60]) for d in deliveries], "no deliveries")
+
+
+def _utc(at) -> str:
+    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -62,6 +62,10 @@ UNION ALL
 SELECT 'kind', k.name FROM unnest(%(kinds)s::text[]) AS k(name)
 WHERE NOT EXISTS (SELECT FROM skiplock.queue_kinds AS n WHERE n.kind = k.name);
 
+-- name: queue_kind_list
+-- Every (queue, kind) pair a task has had: the names `skiplock queues|kinds` know.
+SELECT queue, kind FROM skiplock.queue_kinds ORDER BY kind, queue;
+
 -- name: queue_kind_lock
 -- Held by a submission that brings new names until it commits (its tasks' insert trigger
 -- registers them): the next one counts after that, so two cannot both take the last place. The

@@ -152,6 +152,17 @@ WHERE (%(state)s::text IS NULL OR d.state = %(state)s)
 ORDER BY d.id
 LIMIT %(limit)s;
 
+-- name: webhook_delivery_list_newest
+-- The latest deliveries (`skiplock deliveries list`): a top-N sort, as no index holds created_at;
+-- the table holds what the retention keeps.
+SELECT d.id, d.event_id, d.endpoint_id, d.event_type, d.payload, d.state, d.attempts,
+       d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at
+FROM skiplock.webhook_deliveries AS d
+WHERE (%(state)s::text IS NULL OR d.state = %(state)s)
+  AND (%(endpoint_id)s::uuid IS NULL OR d.endpoint_id = %(endpoint_id)s)
+ORDER BY d.created_at DESC, d.id DESC
+LIMIT %(limit)s;
+
 -- name: webhook_delivery_get
 SELECT d.id, d.event_id, d.endpoint_id, d.event_type, d.payload, d.state, d.attempts,
        d.next_attempt_at, d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at

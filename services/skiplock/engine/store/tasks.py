@@ -345,6 +345,10 @@ class TaskStore:
         """[(scope 'queue' or 'kind', name)] of those no task has had."""
         return self.db.fetch("queue_kind_new", {"queues": list(queues), "kinds": list(kinds)})
 
+    def queue_kind_list(self) -> list[tuple[str, str]]:
+        """[(queue, kind)] of every pair a task has had, by kind."""
+        return [tuple(row) for row in self.db.fetch("queue_kind_list", {})]
+
     def queue_kind_lock(self) -> None:
         self.db.fetch("queue_kind_lock", {})
 

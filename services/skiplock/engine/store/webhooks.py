@@ -163,6 +163,13 @@ class WebhookStore:
             endpoint_id=None if endpoint_id is None else _webhook_id(endpoint_id),
             after=None if after is None else parse_uuid(after, InvalidInput, "cursor")), DeliveryRecord)
 
+    def webhook_delivery_list_newest(self, *, state: str | None = None, endpoint_id: uuid.UUID | str | None = None,
+                                     limit: int = 100) -> list[DeliveryRecord]:
+        """The latest `limit` deliveries, newest first."""
+        return self.db.fetch_as("webhook_delivery_list_newest", dict(
+            state=state, limit=limit, endpoint_id=None if endpoint_id is None else _webhook_id(endpoint_id)),
+            DeliveryRecord)
+
     def webhook_delivery_get(self, delivery_id: uuid.UUID | str) -> DeliveryRecord:
         rows = self.db.fetch_as("webhook_delivery_get",
                                 {"id": parse_uuid(delivery_id, DeliveryNotFound, "delivery")}, DeliveryRecord)
