@@ -254,3 +254,10 @@ def note(ctx, payload: dict) -> dict:
 
     record(ctx, json.dumps(payload, sort_keys=True))
     return payload
+
+
+@task("t.nap")
+def nap(ctx, payload):
+    """Sleeps payload['sleep'] seconds and touches no database (a drain that an outage's own
+    lines can be told apart from)."""
+    time.sleep(float(payload.get("sleep", 0)))

@@ -17,6 +17,8 @@ import re
 import sys
 import time
 
+from .outage import PoolWarnings
+
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 # The task a handler runs for (a model.ClaimedTask): set by the worker around the handler call.
@@ -103,8 +105,12 @@ def setup(fmt: str = "json", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # psycopg's pool is chatty at INFO about reconnects we already log ourselves
-    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
+    # psycopg's pool is chatty at INFO about reconnects we already log ourselves, and warns at
+    # each failed attempt: the outage's one line says it instead (engine/outage.py)
+    pool_log = logging.getLogger("psycopg.pool")
+    pool_log.setLevel(logging.WARNING)
+    if not any(isinstance(f, PoolWarnings) for f in pool_log.filters):
+        pool_log.addFilter(PoolWarnings())
     # httpx logs every request's full URL at INFO, httpcore every header at DEBUG: a webhook's
     # access token would be in the logs at any level below WARNING
     for name in ("httpx", "httpcore"):

@@ -16,12 +16,13 @@ from typing import NamedTuple
 
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics, observe_many
-from ..engine.retry import failures_after
+from ..engine.outage import OUTAGE
 from ..engine.registry import Registry
+from ..engine.retry import failures_after
 from ..engine.store import Store
 from .handler_threads import HandlerThreads
 from .slots import Run, Slots
-from .store_errors import DB_ERRORS, short
+from .store_errors import DB_ERRORS, failed
 from .task_context import TaskContext
 
 log = logging.getLogger("skiplock.worker")
@@ -94,14 +95,15 @@ class Claimer:
                 result = self.run_once()
                 self._db_ok = True
                 failures = 0
+                OUTAGE.answered()
             except DB_ERRORS as exc:
                 self._db_ok = False
                 if self.stop.is_set():
                     break  # a claim cut short by the stop (Database.end_claim_waits): nothing to retry
                 failures = failures_after(failures, exc)
                 delay = random.uniform(0, min(15.0, 0.25 * 2**failures))
-                log.warning("claim failed; retrying", extra={"error": short(exc), "retry_in": round(delay, 2),
-                                                             "outcomes_pending": self._outcomes_pending()})
+                failed(log, "claim failed; retrying", "claim", exc, retry_in=round(delay, 2),
+                       outcomes_pending=self._outcomes_pending())
                 self.stop.wait(delay)
                 continue
             if result.full:

@@ -30,7 +30,7 @@ from .held_transaction import HeldTransaction
 from .outcome_records import OutcomeRecords
 from .suspension import write_suspension
 from .slots import Run, Slots
-from .store_errors import DB_ERRORS, short
+from .store_errors import DB_ERRORS, failed, short
 
 log = logging.getLogger("skiplock.worker")
 
@@ -131,8 +131,8 @@ class Completer:
         except DB_ERRORS as exc:
             failures = failures_after(failures, exc)
             delay = random.uniform(0, min(cap, 0.1 * 2**failures))
-            log.warning("writing outcomes failed; retrying",
-                        extra={"error": short(exc), "retry_in": round(delay, 2), "pending": len(self._outcomes)})
+            failed(log, "writing outcomes failed; retrying", "outcomes", exc, retry_in=round(delay, 2),
+                   pending=len(self._outcomes))
             pause(delay)
             return failures
 

@@ -16,16 +16,17 @@ import time
 
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.outage import OUTAGE
 from ..engine.reclaim import Reclaimer
-from ..engine.wake import WAKE_SECONDS, Waker
 from ..engine.store import Store
+from ..engine.wake import WAKE_SECONDS, Waker
 from .claimer import Claimer
 from .completer import Completer
 from .executor import retry_later
 from .handler_threads import HandlerThreads
 from .registration import Registration
 from .slots import Slots
-from .store_errors import DB_ERRORS, short
+from .store_errors import DB_ERRORS, failed
 
 log = logging.getLogger("skiplock.worker")
 
@@ -86,14 +87,14 @@ class Keeper:
                 done["woken"] = self.wake_once()
             except DB_ERRORS as exc:
                 self._unanswered()
-                log.warning("waking suspended tasks failed", extra={"error": short(exc)})
+                failed(log, "waking suspended tasks failed", "wake-up", exc)
         if now >= self._next_reclaim and not self.stop.is_set():
             self._next_reclaim = now + self.reclaim_seconds
             try:
                 done["reclaimed"] = self.reclaim_once()
             except DB_ERRORS as exc:
                 self._unanswered()
-                log.warning("reclaim failed", extra={"error": short(exc)})
+                failed(log, "reclaim failed", "reclaim", exc)
         return done
 
     def heartbeat_once(self) -> int:
@@ -106,8 +107,9 @@ class Keeper:
                                                    self.lease_seconds)
         except DB_ERRORS as exc:
             self.claimer.database_unanswered()
-            log.warning("heartbeat failed", extra={"error": short(exc), "claims": len(runs)})
+            failed(log, "heartbeat failed", "heartbeat", exc, claims=len(runs))
             return 0
+        OUTAGE.answered()
         lost = []
         for run in runs:
             state = held.get(run.task.id)  # BUSY: held, not renewed this time (the next beat does)
@@ -139,7 +141,7 @@ class Keeper:
             return True
         except DB_ERRORS as exc:
             self._unanswered()
-            log.warning("worker registry heartbeat failed", extra={"error": short(exc)})
+            failed(log, "worker registry heartbeat failed", "registry", exc)
             return False
 
     def _unanswered(self) -> None:

@@ -18,6 +18,7 @@ import psycopg
 
 from ..engine import store as store_mod
 from ..engine.errors import DatabaseUnavailable
+from ..engine.outage import OUTAGE
 
 log = logging.getLogger("skiplock.listener")
 
@@ -63,8 +64,13 @@ class Listener:
                 failures += 1
                 self.reconnects += 1
                 delay = random.uniform(0, min(10.0, 0.2 * 2**failures))
-                log.warning("listener connection lost; reconnecting",
-                            extra={"error": str(exc).strip()[:300], "retry_in": round(delay, 2)})
+                if failures == 1:
+                    # a connection that ended (a backend killed, a server restarted): INFO, since it
+                    # reconnects by itself; if the database is away, the outage's line says so
+                    log.info("listener connection lost; reconnecting",
+                             extra={"error": str(exc).strip()[:300], "retry_in": round(delay, 2)})
+                else:  # reconnecting failed: the database is away (engine/outage.py)
+                    OUTAGE.failed("listener", str(exc).strip())
                 self.stop.wait(delay)
             finally:
                 conn_, self._conn = self._conn, None

@@ -7,7 +7,10 @@ rollback and return to the pool.
 
 from __future__ import annotations
 
+import logging
+
 from ..engine.errors import DatabaseError, DatabaseUnavailable
+from ..engine.outage import OUTAGE
 from ..engine.store import translated_errors
 
 # connection trouble, or a statement Postgres refused: retried with backoff, or (a refused
@@ -21,3 +24,12 @@ def short(exc: BaseException) -> str:
     """An error's first line, for a log record."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:300]
+
+
+def failed(log: logging.Logger, message: str, where: str, exc: BaseException, **extra) -> None:
+    """A statement of `where` failed: connection trouble is the outage's to say (one line for
+    all the worker's paths, engine/outage.py); a statement Postgres refused is logged here."""
+    if isinstance(exc, DatabaseUnavailable):
+        OUTAGE.failed(where, short(exc))
+    else:
+        log.warning(message, extra={"error": short(exc), **extra})

@@ -34,6 +34,7 @@ import uuid
 from ..engine.errors import ConfigError
 from ..engine.lifecycle import Stop
 from ..engine.metrics import Metrics
+from ..engine.outage import OUTAGE
 from ..engine.registry import REGISTRY, Registry
 from ..engine.settings import Settings, WorkerSettings
 from ..engine.store import Store
@@ -168,6 +169,8 @@ class Worker:
 
     def run(self) -> int:
         """Claim and run until stopped; then drain, release and return the exit code."""
+        # what an outage's lines say this worker holds meanwhile (engine/outage.py)
+        OUTAGE.held = lambda: {"claims": self.slots.in_flight(), "outcomes_pending": self.completer.pending()}
         self.keeper.start_registering()  # the keeper's first tick inserts the row
         self.start()
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),
