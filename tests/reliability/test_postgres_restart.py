@@ -94,6 +94,10 @@ def test_an_outage_is_three_lines_and_the_drain_finishes(cluster, processes):
     time.sleep(OUTAGE_SECONDS)
     cluster.start()
     wait_for(lambda: completed() == OUTAGE_TASKS, 90, interval=0.2, message=f"all {OUTAGE_TASKS} tasks completed")
+    # the line back comes after a second of answers with no failure (engine/outage.py)
+    wait_for(lambda: any(line.get("msg") == "database reachable again" for line in log_lines(worker.log())[before:]),
+             15, message="the line that the database is back")
+    time.sleep(2)  # a second outage's line, if the restart made one, would be in by now
 
     during = log_lines(worker.log())[before:]
     loud = [line for line in during if line.get("level") in ("warning", "error", "critical", "raw")]

@@ -171,6 +171,7 @@ class Worker:
         """Claim and run until stopped; then drain, release and return the exit code."""
         # what an outage's lines say this worker holds meanwhile (engine/outage.py)
         OUTAGE.held = lambda: {"claims": self.slots.in_flight(), "outcomes_pending": self.completer.pending()}
+        OUTAGE.on_back = self.store.db.check_idle
         self.keeper.start_registering()  # the keeper's first tick inserts the row
         self.start()
         log.info("worker started", extra={"worker": self.name, "queues": list(self.config.queues),

@@ -112,6 +112,12 @@ class Database:
     def _pools(self) -> list[ConnectionPool]:
         return [p for p in (self.claim_pool, self.outcome_pool, self.pool) if p is not None]
 
+    def check_idle(self) -> None:
+        """Test each pool's idle connections and replace the dead ones (after an outage: those
+        that died with the server would otherwise fail the next borrower, one by one)."""
+        for pool in self._pools():
+            pool.check()
+
     def end_claim_waits(self) -> None:
         """A stopping worker claims nothing more: a claim waiting for the claims connection (all
         of the database's connection slots taken, say) gives up now instead of at its timeout,
