@@ -47,7 +47,12 @@ def test_api_under_gunicorn(processes, db_url, db):
         created = client.post("/v1/tasks", json={"kind": "reports.daily", "payload": {"day": "2030-01-01"}})
         assert created.status_code == 201, created.text
         task_id = created.json()["id"]
-        assert client.get(f"/v1/tasks/{task_id}").json()["payload"] == {"day": "2030-01-01"}
+        read = client.get(f"/v1/tasks/{task_id}")
+        assert read.json()["payload"] == {"day": "2030-01-01"}
+        # answers that hold task data: never sniffed as another type, never cached (issue 35)
+        for answer in (created, read, httpx.get(f"{base}/v1/tasks", timeout=5)):
+            assert answer.headers["X-Content-Type-Options"] == "nosniff", answer.headers
+            assert answer.headers["Cache-Control"] == "no-store", answer.headers
         assert client.post("/v1/tasks:batch", json={"tasks": [{"kind": "bulk"}] * 200}).json()["created"] == 200
         assert httpx.get(f"{base}/v1/tasks", timeout=5).status_code == 401
         assert client.get("/nope").json()["error"]["code"] == "request.not_found"

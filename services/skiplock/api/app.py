@@ -157,6 +157,11 @@ def _finish(response: Response) -> Response:
     elapsed = time.perf_counter() - g.get("started", time.perf_counter())
     api().metrics.observe(request.method, route, response.status_code, elapsed)
     response.headers["X-Request-Id"] = g.get("request_id", "")
+    if request.path.startswith("/v1"):
+        # answers hold task data (payloads, results, errors): never sniffed as another type, never
+        # kept by a browser's or a proxy's cache; the console sets its own
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Cache-Control", "no-store")
     g.status = response.status_code
     return response
 

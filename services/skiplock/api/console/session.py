@@ -12,6 +12,12 @@ The role is not stored: each request looks the session's token name up in the cu
 configuration, so a changed role applies at once, and a removed name or a rotated token (the
 cookie holds the start of the token's SHA-256) ends the session.
 
+Sign-out ends a session on the server, not only in the browser that signs out: each signed-in
+session carries a random id, and `end` records it (console_sessions_ended, kept 8 hours), so a
+copy of the cookie kept after sign-out gets the sign-in page. A session also carries its token's
+sign-out generation; `skiplock tokens sign-out NAME` ends every session of that token at once.
+Each signed-in request looks both up in one statement on the primary (an indexed probe of each).
+
 The cookie is HttpOnly and SameSite=Lax, Secure when the request came over HTTPS (directly, or
 through a proxy that sends X-Forwarded-Proto: https). Lax, not Strict: a link to the console from
 another site (a chat, an alert) must open it signed in. Lax still keeps the cookie off every
@@ -24,13 +30,16 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from flask import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from ...engine.settings import CONSOLE_SESSION_KEY_MIN_CHARS, ApiSettings, ApiToken, Settings
 from ..auth import ANONYMOUS, Principal
+
+if TYPE_CHECKING:
+    from ...engine.store import Store
 
 COOKIE = "skiplock_console"
 # A session lasts a working day; signing in again takes one paste of the token.
@@ -51,10 +60,13 @@ def cookie_options(request: Request, samesite: str = "Strict") -> dict:
 class Session(NamedTuple):
     csrf: str
     principal: Principal | None  # None: not signed in (the login form still needs its CSRF token)
+    session_id: str = ""  # a signed-in session's own id: what sign-out records
+    generation: int = 0  # its token's sign-out generation when it was opened
 
 
 class Sessions:
-    def __init__(self, settings: ApiSettings, auth_enabled: bool):
+    def __init__(self, settings: ApiSettings, auth_enabled: bool, store: "Store"):
+        self.store = store  # the primary's: a sign-out must count at once, on every API process
         self.key_missing = settings.console_session_key is None
         self._serializer = None if self.key_missing else URLSafeTimedSerializer(
             settings.console_session_key.encode(), salt="skiplock.console")
@@ -80,17 +92,31 @@ class Sessions:
         token = self._tokens.get(name)
         if token is None or not hmac.compare_digest(str(data.get("t")), _fingerprint(token)):
             return None  # revoked, or rotated since this session was opened with it
-        return Session(data["c"], Principal(name, token.role))
+        session_id, generation = data.get("s"), data.get("g")
+        if not isinstance(session_id, str) or not session_id or not isinstance(generation, int):
+            return None  # a cookie from before sessions had ids: it cannot be signed out, so sign in again
+        if self.store.console_sessions.console_session_ended(session_id, name, generation):
+            return None  # signed out, or every session of its token was
+        return Session(data["c"], Principal(name, token.role), session_id, generation)
 
     def new(self, principal: Principal | None) -> Session:
         """A new session (a fresh CSRF token, so signing in never keeps a token seen before)."""
-        return Session(secrets.token_urlsafe(32), principal)
+        if principal is None or not self.auth_enabled:
+            return Session(secrets.token_urlsafe(32), principal)
+        generation = self.store.console_sessions.console_token_generation(principal.name)
+        return Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(16), generation)
+
+    def end(self, session: Session | None) -> None:
+        """Sign-out: the session's cookie, wherever a copy of it is, no longer signs anyone in."""
+        if session is not None and session.session_id:
+            self.store.console_sessions.console_session_end(session.session_id, MAX_AGE_SECONDS)
 
     def write(self, response: Response, request: Request, session: Session) -> None:
         data = {"c": session.csrf}
         if session.principal is not None and self.auth_enabled:
             data["n"] = session.principal.name
             data["t"] = _fingerprint(self._tokens[session.principal.name])
+            data["s"], data["g"] = session.session_id, session.generation
         response.set_cookie(COOKIE, self._serializer.dumps(data), max_age=MAX_AGE_SECONDS,
                             **cookie_options(request, samesite="Lax"))
 

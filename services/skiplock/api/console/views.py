@@ -250,6 +250,7 @@ def login_submit():
 
 @bp.post("/logout")
 def logout():
+    _sessions().end(g.session)  # on the server: a kept copy of the cookie signs no one in
     g.new_session = _sessions().new(None if api().auth.enabled else ANONYMOUS)
     return redirect(url_for("console.login"), 303)
 

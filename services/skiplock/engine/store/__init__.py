@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import psycopg
 
 from .audit import AuditStore
+from .console_sessions import ConsoleSessionStore
 from .connection import AsyncConnection, Connection, connect, connect_async
 from .copy import COPY_THRESHOLD
 from .database import Database
@@ -47,6 +48,7 @@ class Store:
         self.schedules = ScheduleStore(db)
         self.webhooks = WebhookStore(db)
         self.audit = AuditStore(db)
+        self.console_sessions = ConsoleSessionStore(db)
         self.workers = WorkerStore(db)
         self.limits = LimitStore(db)
         self.replication = ReplicationStore(db)

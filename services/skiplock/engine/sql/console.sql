@@ -1,0 +1,29 @@
+-- The console's sessions ended on the server (migration 0022): sign-out, and sign-out of every
+-- session of one token.
+
+-- name: console_session_end
+-- one sign-out; also forgets the sign-outs older than any cookie can live (%(max_age)s seconds)
+WITH forgotten AS (
+    DELETE FROM skiplock.console_sessions_ended
+    WHERE ended_at < now() - make_interval(secs => %(max_age)s)
+)
+INSERT INTO skiplock.console_sessions_ended (session_id) VALUES (%(session_id)s)
+ON CONFLICT (session_id) DO NOTHING
+RETURNING session_id;
+
+-- name: console_session_ended
+-- whether a session (its id, its token's name and the generation it was opened in) was ended
+SELECT EXISTS (SELECT 1 FROM skiplock.console_sessions_ended WHERE session_id = %(session_id)s)
+    OR COALESCE((SELECT generation FROM skiplock.console_token_sign_outs
+                 WHERE token_name = %(token_name)s), 0) > %(generation)s;
+
+-- name: console_token_generation
+SELECT COALESCE((SELECT generation FROM skiplock.console_token_sign_outs
+                 WHERE token_name = %(token_name)s), 0);
+
+-- name: console_token_sign_out
+-- ends every session opened with that token so far; returns the new generation
+INSERT INTO skiplock.console_token_sign_outs AS s (token_name, generation)
+VALUES (%(token_name)s, 1)
+ON CONFLICT (token_name) DO UPDATE SET generation = s.generation + 1, signed_out_at = now()
+RETURNING generation;
