@@ -27,7 +27,8 @@ from ..engine.settings import ApiSettings, Settings
 from ..engine.store import Store
 from . import refusals
 from .audit import record_refusal
-from .auth import Authenticator
+from .auth import Authenticator, Principal
+from .auth_throttle import AuthThrottle
 from .console import mount_console
 from .app_state import KEY, ApiContext, api
 from .admission_bounds import AdmissionBounds
@@ -66,7 +67,9 @@ def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int
     metrics = ApiMetrics()
     app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
-                                     admission_bounds=AdmissionBounds(settings), replica=_replica(settings, store, pool_size, metrics))
+                                     admission_bounds=AdmissionBounds(settings), replica=_replica(settings, store, pool_size, metrics),
+                                     auth_throttle=AuthThrottle(store, settings.api_max_auth_failures,
+                                                                metrics.auth_throttled))
     app.before_request(_trace_begin)
     app.before_request(_prepare)
     app.after_request(_finish)
@@ -117,10 +120,10 @@ def _prepare() -> None:
         # no route or no such method: the routing error answers (404 / 405), but under /v1/ only
         # to a valid token, so that without one no path tells whether it exists
         if request.path.startswith("/v1/"):
-            g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
+            g.principal = _authenticate(ctx)
         return
     if op.role is not None:
-        g.principal = ctx.auth.authenticate(request.headers.get("Authorization"))
+        g.principal = _authenticate(ctx)
         ctx.auth.require(g.principal, op.role, f"{op.method} {op.rule}")
     g.releases = []
     if op.bounded:  # before the body is read: a refused submission costs no parsing
@@ -146,6 +149,21 @@ def _prepare() -> None:
             if not isinstance(value, dict):
                 raise InvalidInput(f"body: must be a JSON object, not {type_name(value)}")
             g.body = op.body.parse(value, "")
+
+
+def _authenticate(ctx) -> Principal:
+    """The request's principal; a wrong token counts against its address (auth_throttle.py)."""
+    header = request.headers.get("Authorization")
+    if not ctx.auth.enabled:
+        return ctx.auth.authenticate(header)
+    client = refusals.request_client()
+    ctx.auth_throttle.check(client, "api")
+    try:
+        return ctx.auth.authenticate(header)
+    except Unauthorized:
+        if header:  # a token that matches none; no token at all is not a guess
+            ctx.auth_throttle.failed(client, "api")
+        raise
 
 
 def _route() -> str:

@@ -16,6 +16,7 @@ from .admission_bounds import AdmissionBounds
 from .request_metrics import ApiMetrics
 
 if TYPE_CHECKING:
+    from .auth_throttle import AuthThrottle
     from .replica import Replica
 
 KEY = "skiplock"
@@ -33,6 +34,7 @@ class ApiContext:
     admission_bounds: AdmissionBounds | None = None
     migrated: bool = False  # /readyz saw no pending migration once; files do not change under a process
     replica: "Replica | None" = None  # SKIPLOCK_READ_DATABASE_URL's (replica.py); None: every read on the primary
+    auth_throttle: "AuthThrottle | None" = None  # wrong tokens per client address (auth_throttle.py)
 
 
 def api() -> ApiContext:

@@ -54,6 +54,11 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequenc
     return str(address)
 
 
+def request_client() -> str:
+    """The current request's client address (see client_address)."""
+    return client_address(request.remote_addr, request.headers.get("X-Forwarded-For"), api().trusted_proxies)
+
+
 def report(logger: logging.Logger, message: str, exc: SkiplockError, route: str) -> None:
     """Log and count one 401 or 403 of the current request."""
     ctx = api()
@@ -61,8 +66,7 @@ def report(logger: logging.Logger, message: str, exc: SkiplockError, route: str)
     forbidden = isinstance(exc, Forbidden) and principal is not None
     token = principal.name if forbidden else UNKNOWN_TOKEN
     fields = {"code": exc.code, "method": request.method, "path": request.path, "route": route,
-              "client": client_address(request.remote_addr, request.headers.get("X-Forwarded-For"),
-                                       ctx.trusted_proxies),
+              "client": request_client(),
               "request_id": g.get("request_id")}
     if forbidden:
         fields["token"] = principal.name

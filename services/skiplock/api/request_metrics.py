@@ -39,6 +39,10 @@ class ApiMetrics:
         self.auth_refusals = Counter("skiplock_api_auth_refusals_total",
                                      "Requests refused 401 (no or unknown token) or 403 (role too weak), by token "
                                      "name, route template and status.", ["token", "route", "status"], registry=r)
+        # surface: api or console (sign-in); auth_throttle.py
+        self.auth_throttled = Counter("skiplock_api_auth_throttled_total",
+                                      "Requests refused 429 auth.throttled: their address presented more wrong tokens "
+                                      "than SKIPLOCK_API_MAX_AUTH_FAILURES in a minute.", ["surface"], registry=r)
         # POST /v1/tasks and /v1/tasks:batch with `unique` (the library's count: engine/metrics.py)
         self.enqueue_duplicates = Counter("skiplock_enqueue_duplicates_total", ENQUEUE_DUPLICATES_HELP, ["kind"],
                                           registry=r)

@@ -24,8 +24,8 @@ from flask import (Blueprint, Flask, Response, current_app, g, redirect, render_
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
-from ...engine.errors import (ConsoleDisabled, Forbidden, PayloadTooLarge, SkiplockError, Unauthorized,
-                              UnsupportedMediaType)
+from ...engine.errors import (ConsoleDisabled, Forbidden, PayloadTooLarge, SkiplockError, TooManyRequests,
+                              Unauthorized, UnsupportedMediaType)
 from ...engine.model import STATES, uuid7
 from .. import refusals
 from ..audit import record_refusal
@@ -170,12 +170,13 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _skiplock_error(exc: SkiplockError) -> tuple[str, int]:
+def _skiplock_error(exc: SkiplockError) -> tuple[str, int, dict]:
     if request.method == "POST" and g.get("operation") is not None and g.get("principal") is not None:
         record_refusal(exc)  # the row the API writes for the same refusal
     if isinstance(exc, (Unauthorized, Forbidden)):
         refusals.report(log, "console request refused", exc, _route())
-    return render_template("error.html", status=exc.status, code=exc.code, message=str(exc)), exc.status
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else {}
+    return render_template("error.html", status=exc.status, code=exc.code, message=str(exc)), exc.status, headers
 
 
 def _http_error(exc: HTTPException) -> tuple[str, int]:
@@ -238,10 +239,13 @@ def login_submit():
     if not api().auth.enabled:
         return redirect(url_for("console.overview"), 303)
     token = request.form.get("token", "").strip()
+    client = refusals.request_client()
+    api().auth_throttle.check(client, "console")
     try:
         principal = api().auth.authenticate(f"Bearer {token}")
     except Unauthorized as exc:
         refusals.report(log, "console sign-in refused", exc, _route())
+        api().auth_throttle.failed(client, "console")  # past the bound: 429 instead
         return render_template("login.html", error="That token is not valid."), 401
     g.new_session = g.session = _sessions().new(principal)
     log.info("console sign-in", extra={"actor": principal.name, "request_id": g.request_id})

@@ -119,6 +119,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
              "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
              "`0`: no long-poll", API, _A, kind="integer", bound=at_least_zero("(0: no long-poll)"), contract=43),
+    Variable("API_MAX_AUTH_FAILURES", 10, "wrong tokens one client address may present (to the API or the "
+             "console's sign-in) in a minute, counted across every API process; past it 429 `auth.throttled` with "
+             "`Retry-After`, and that address's requests are refused until the minute ends; `0`: no limit", API, _A,
+             kind="integer", bound=_NO_BOUND, contract=46),
     Variable("CONSOLE_SESSION_KEY", None, "the secret that signs the web console's session cookies: at least "
              f"{CONSOLE_SESSION_KEY_MIN_CHARS} random characters, `_FILE` for a secret; changing it ends every "
              "session. Unset: the console is disabled (its pages answer 503 `console.disabled`), the API serves",

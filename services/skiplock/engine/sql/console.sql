@@ -27,3 +27,20 @@ INSERT INTO skiplock.console_token_sign_outs AS s (token_name, generation)
 VALUES (%(token_name)s, 1)
 ON CONFLICT (token_name) DO UPDATE SET generation = s.generation + 1, signed_out_at = now()
 RETURNING generation;
+
+-- name: auth_failure_record
+-- one wrong token from %(client)s: its count in the current window of %(window)s seconds (a new
+-- window starts at the first failure after the last one ended), and the seconds left in it
+WITH forgotten AS (
+    DELETE FROM skiplock.auth_failures
+    WHERE window_start < now() - make_interval(secs => %(window)s) - interval '1 hour'
+)
+INSERT INTO skiplock.auth_failures AS f (client, window_start, failures)
+VALUES (%(client)s, now(), 1)
+ON CONFLICT (client) DO UPDATE SET
+    window_start = CASE WHEN f.window_start <= now() - make_interval(secs => %(window)s)
+                        THEN now() ELSE f.window_start END,
+    failures = CASE WHEN f.window_start <= now() - make_interval(secs => %(window)s)
+                    THEN 1 ELSE f.failures + 1 END
+RETURNING failures,
+    greatest(0, extract(epoch FROM f.window_start + make_interval(secs => %(window)s) - now()))::float8;

@@ -1,4 +1,5 @@
-"""The console's sessions ended on the server: one method per statement of engine/sql/console.sql.
+"""Sign-in state kept on the server: the console's sessions ended, and wrong tokens per client
+address. One method per statement of engine/sql/console.sql.
 
 Which session a request carries, and whether it is signed in, is the console's business
 (api/console/session.py); this only records and answers what was ended.
@@ -10,7 +11,7 @@ from .database import Database
 
 
 class ConsoleSessionStore:
-    """Queries of console_sessions_ended and console_token_sign_outs."""
+    """Queries of console_sessions_ended, console_token_sign_outs and auth_failures."""
 
     def __init__(self, db: Database):
         self.db = db
@@ -31,3 +32,8 @@ class ConsoleSessionStore:
     def console_token_sign_out(self, token_name: str) -> int:
         """Ends every session opened with that token so far; the new generation."""
         return int(self.db.fetch("console_token_sign_out", dict(token_name=token_name))[0][0])
+
+    def auth_failure_record(self, client: str, window_seconds: float) -> tuple[int, float]:
+        """One wrong token from `client`: (failures in its current window, seconds left in it)."""
+        failures, left = self.db.fetch("auth_failure_record", dict(client=client, window=window_seconds))[0]
+        return int(failures), float(left)
