@@ -35,7 +35,7 @@ def create_console(api_app: Flask) -> Flask:
     console.config.update(PROVIDE_AUTOMATIC_OPTIONS=False)
     console.extensions[KEY] = ctx
     console.extensions[views.API_APP] = api_app
-    sessions = console.extensions[views.SESSIONS] = Sessions(ctx.settings, ctx.auth.enabled, ctx.store)
+    sessions = console.extensions[views.SESSIONS] = Sessions(ctx.settings, ctx.auth.enabled, ctx.store, ctx.replica)
     if sessions.key_missing:
         log.warning(DISABLED)  # the API itself serves: the console alone fails closed
     console.register_blueprint(views.bp)

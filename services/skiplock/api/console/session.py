@@ -16,7 +16,10 @@ Sign-out ends a session on the server, not only in the browser that signs out: e
 session carries a random id, and `end` records it (console_sessions_ended, kept 8 hours), so a
 copy of the cookie kept after sign-out gets the sign-in page. A session also carries its token's
 sign-out generation; `skiplock tokens sign-out NAME` ends every session of that token at once.
-Each signed-in request looks both up in one statement on the primary (an indexed probe of each).
+Each signed-in request looks both up in one statement (an indexed probe of each): a POST on the
+primary, so that no change is ever made with a session signed out; a page on the read replica when
+there is one and it may serve (api/replica.py), so a kept cookie may still read pages for as long as
+the replica lags (at most SKIPLOCK_READ_MAX_LAG_SECONDS), never change anything.
 
 The cookie is HttpOnly and SameSite=Lax, Secure when the request came over HTTPS (directly, or
 through a proxy that sends X-Forwarded-Proto: https). Lax, not Strict: a link to the console from
@@ -35,11 +38,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from flask import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from ...engine.errors import DatabaseUnavailable
 from ...engine.settings import CONSOLE_SESSION_KEY_MIN_CHARS, ApiSettings, ApiToken, Settings
 from ..auth import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
     from ...engine.store import Store
+    from ..replica import Replica
 
 COOKIE = "skiplock_console"
 # A session lasts a working day; signing in again takes one paste of the token.
@@ -65,8 +70,9 @@ class Session(NamedTuple):
 
 
 class Sessions:
-    def __init__(self, settings: ApiSettings, auth_enabled: bool, store: "Store"):
-        self.store = store  # the primary's: a sign-out must count at once, on every API process
+    def __init__(self, settings: ApiSettings, auth_enabled: bool, store: "Store", replica: "Replica | None" = None):
+        self.store = store  # the primary's: sign-outs are written there, and a POST's session read
+        self.replica = replica  # SKIPLOCK_READ_DATABASE_URL's, for a page's session read
         self.key_missing = settings.console_session_key is None
         self._serializer = None if self.key_missing else URLSafeTimedSerializer(
             settings.console_session_key.encode(), salt="skiplock.console")
@@ -95,9 +101,18 @@ class Sessions:
         session_id, generation = data.get("s"), data.get("g")
         if not isinstance(session_id, str) or not session_id or not isinstance(generation, int):
             return None  # a cookie from before sessions had ids: it cannot be signed out, so sign in again
-        if self.store.console_sessions.console_session_ended(session_id, name, generation):
+        if self._ended(request.method, session_id, name, generation):
             return None  # signed out, or every session of its token was
         return Session(data["c"], Principal(name, token.role), session_id, generation)
+
+    def _ended(self, method: str, session_id: str, name: str, generation: int) -> bool:
+        replica = self.replica
+        if method == "GET" and replica is not None and replica.refusal() is None:
+            try:
+                return replica.store.console_sessions.console_session_ended(session_id, name, generation)
+            except DatabaseUnavailable as exc:  # as a routed read does: the primary answers instead
+                replica.failed(exc)
+        return self.store.console_sessions.console_session_ended(session_id, name, generation)
 
     def new(self, principal: Principal | None) -> Session:
         """A new session (a fresh CSRF token, so signing in never keeps a token seen before)."""
