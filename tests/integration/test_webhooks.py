@@ -269,26 +269,26 @@ def test_rotated_secret_signs_the_next_attempt(store, db_url, db, receiver):
         second["body"], separators=(",", ":"), sort_keys=True).encode())
 
 
-def test_dead_letter_after_8_attempts_then_redeliver(store, db_url, db, receiver):
+def test_dead_letter_after_12_attempts_then_redeliver(store, db_url, db, receiver):
     endpoint, recorder = add_endpoint(store, receiver, "/hook", events=["task.completed"],
                                       answers=[Response("still broken", status=500)])
     complete(store, db_url)
     (delivery,) = delivery_rows(db)
     with dispatcher(store) as d:
-        assert d.settings.webhook_max_attempts == 8
-        for n in range(1, 9):
+        assert d.settings.webhook_max_attempts == 12
+        for n in range(1, 13):
             make_due(db)
-            assert d.run_once() == ({"retry": 1} if n < 8 else {"dead": 1}), n
+            assert d.run_once() == ({"retry": 1} if n < 12 else {"dead": 1}), n
             state, attempts = db.execute("SELECT state, attempts FROM skiplock.webhook_deliveries").fetchone()
-            assert (state, attempts) == ("pending" if n < 8 else "dead", n)
+            assert (state, attempts) == ("pending" if n < 12 else "dead", n)
         make_due(db)
         assert d.run_once() == {}  # a dead delivery is never claimed
-        assert len(recorder.requests) == 8
+        assert len(recorder.requests) == 12
         assert set(recorder.ids) == {str(delivery[1])}
 
         (dead,) = store.webhooks.webhook_delivery_list(state="dead")
         assert (dead.id, dead.attempts, dead.last_status, dead.last_error) == \
-            (delivery[0], 8, 500, "HTTP 500: still broken")
+            (delivery[0], 12, 500, "HTTP 500: still broken")
         assert store.webhooks.webhook_endpoint_get(endpoint.id).dead == 1
 
         # the receiver is fixed; an operator sends the dead letter again
@@ -298,7 +298,7 @@ def test_dead_letter_after_8_attempts_then_redeliver(store, db_url, db, receiver
         row = db.execute("SELECT state, attempts FROM skiplock.webhook_deliveries").fetchone()
         assert row == ("pending", 0)
         assert d.run_once() == {"delivered": 1}
-    assert len(recorder.requests) == 9 and recorder.ids[-1] == str(delivery[1])
+    assert len(recorder.requests) == 13 and recorder.ids[-1] == str(delivery[1])
     assert db.execute("SELECT state, attempts, last_status FROM skiplock.webhook_deliveries").fetchone() == \
         ("delivered", 1, 200)
 
@@ -364,7 +364,7 @@ def test_retry_after_is_honoured_and_capped(store, db_url, db, receiver):
                           "FROM skiplock.webhook_deliveries WHERE endpoint_id = %s", (endpoint.id,))
 
     assert 120 - 5 <= wait_seconds(slow) <= 120 + 1
-    assert 900 - 5 <= wait_seconds(busy) <= 900 + 1  # capped by SKIPLOCK_WEBHOOK_RETRY_CAP_SECONDS
+    assert 21600 - 5 <= wait_seconds(busy) <= 21600 + 1  # capped by SKIPLOCK_WEBHOOK_RETRY_CAP_SECONDS (6 h)
     assert [r[5] for r in delivery_rows(db, slow.id)] == [429] and [r[5] for r in delivery_rows(db, busy.id)] == [503]
     with dispatcher(store) as d:
         assert d.run_once() == {}  # not due
@@ -684,3 +684,46 @@ def test_switching_the_trigger_off_behind_a_long_reader_gives_up_and_changes_not
     assert trigger_state(db) == "O"
     store.webhooks.webhook_endpoint_delete(endpoint.id)
     assert trigger_state(db) is None and store.webhooks.webhook_endpoint_list() == []
+
+
+def test_an_endpoint_whose_deliveries_only_died_for_a_day_is_disabled_with_the_reason(store, db_url, db, receiver):
+    """Issue 35: a receiver that is gone for good, not down for a deploy. Its deliveries died for a
+    day with none delivered: disabled when the next one dies, with the reason and an audit row, and
+    the outbox stops filling for it. One with a success within the day, and one added less than a
+    day ago, are left enabled."""
+    dying, _ = add_endpoint(store, receiver, "/dying", events=["task.completed"],
+                            answers=[Response("down", status=500)])
+    lately_ok, _ = add_endpoint(store, receiver, "/lately-ok", events=["task.completed"],
+                                answers=[Response("down", status=500)])
+    young, _ = add_endpoint(store, receiver, "/young", events=["task.completed"],
+                            answers=[Response("down", status=500)])
+    complete(store, db_url)
+    # the history: the two older endpoints were added two days ago and a delivery of each died 25 h
+    # ago; one of them delivered one 2 h ago. The young one was added an hour ago.
+    db.execute("UPDATE skiplock.webhook_endpoints SET created_at = now() - interval '2 days' WHERE id = ANY(%s)",
+               ([dying.id, lately_ok.id],))
+    db.execute("UPDATE skiplock.webhook_endpoints SET created_at = now() - interval '1 hour' WHERE id = %s",
+               (young.id,))
+    for endpoint in (dying, lately_ok, young):
+        db.execute("INSERT INTO skiplock.webhook_deliveries (event_id, endpoint_id, event_type, payload, state, "
+                   "attempts, created_at, updated_at) VALUES (gen_random_uuid(), %s, 'task.completed', '{}', 'dead', "
+                   "12, now() - interval '2 days', now() - interval '25 hours')", (endpoint.id,))
+    db.execute("INSERT INTO skiplock.webhook_deliveries (event_id, endpoint_id, event_type, payload, state, attempts, "
+               "delivered_at) VALUES (gen_random_uuid(), %s, 'task.completed', '{}', 'delivered', 1, "
+               "now() - interval '2 hours')", (lately_ok.id,))
+
+    with dispatcher(store, webhook_max_attempts=1) as d:  # this completion's deliveries die at once
+        assert d.run_once() == {"dead": 3}
+
+    rows = {r[0]: r[1:] for r in db.execute("SELECT id, enabled, disabled_reason FROM skiplock.webhook_endpoints")}
+    assert rows[lately_ok.id] == (True, None) and rows[young.id] == (True, None)
+    enabled, reason = rows[dying.id]
+    assert not enabled and reason.startswith("every delivery died for 24.0 hours (none delivered since it was added)")
+    audit = db.execute("SELECT actor, action, target, outcome, detail FROM skiplock.audit_log "
+                       "WHERE action = 'webhook.disable'").fetchall()
+    assert audit == [("dispatcher", "webhook.disable", str(dying.id), "ok", {"reason": reason})]
+    assert store.webhooks.webhook_endpoint_get(dying.id).enabled is False
+    # the next completion makes deliveries for the enabled endpoints only
+    complete(store, db_url)
+    assert {r[0] for r in db.execute("SELECT endpoint_id FROM skiplock.webhook_deliveries WHERE state = 'pending'")} \
+        == {lately_ok.id, young.id}

@@ -274,12 +274,12 @@ def test_retry_after_is_honoured_and_capped():
     for status in (429, 503):
         assert decide(Attempt(status=status, retry_after=120.0), 1, SETTINGS) == ("retry", 120.0)
         assert decide(Attempt(status=status, retry_after=0.0), 3, SETTINGS) == ("retry", 0.0)
-        assert decide(Attempt(status=status, retry_after=86400.0), 1, SETTINGS) == ("retry", 900.0)
+        assert decide(Attempt(status=status, retry_after=86400.0), 1, SETTINGS) == ("retry", 21600.0)
     small_cap = SETTINGS.replace(webhook_retry_cap_seconds=30.0)
     assert decide(Attempt(status=429, retry_after=120.0), 1, small_cap) == ("retry", 30.0)
     # Retry-After on another status is not honoured: the usual backoff applies
-    outcome, delay = decide(Attempt(status=500, retry_after=600.0), 1, SETTINGS)
-    assert outcome == "retry" and delay <= 1.0
+    outcome, delay = decide(Attempt(status=500, retry_after=6000.0), 1, SETTINGS)
+    assert outcome == "retry" and delay <= 60.0
 
 
 def test_other_failures_retry_with_full_jitter_below_the_exponential_ceiling():
@@ -304,20 +304,38 @@ def test_other_failures_retry_with_full_jitter_below_the_exponential_ceiling():
         random.setstate(rng_state)
 
 
-def test_the_default_schedule_is_capped_at_900_seconds():
+def test_the_default_schedule_is_capped_at_six_hours():
     settings = SETTINGS.replace(webhook_max_attempts=20)
     for _ in range(100):
-        assert decide(Attempt(status=500), 15, settings)[1] <= 900.0
+        assert decide(Attempt(status=500), 15, settings)[1] <= 21600.0
     assert decide(Attempt(status=500), 19, settings)[0] == "retry"
 
 
-def test_attempt_8_is_dead_unless_it_succeeded_or_was_gone():
-    assert SETTINGS.webhook_max_attempts == 8
-    assert decide(Attempt(status=500), 7, SETTINGS)[0] == "retry"
+def test_the_default_schedule_retries_over_hours():
+    """A receiver down for a deploy or a night still gets its events (issue 35: 8 attempts used to
+    be spent within about 80 s). The ceilings of the 11 waits add up to 20.5 h; with full jitter
+    the expected span is half of that."""
+    ceilings = [min(SETTINGS.webhook_retry_cap_seconds, SETTINGS.webhook_retry_base_seconds * 2 ** (n - 1))
+                for n in range(1, SETTINGS.webhook_max_attempts)]
+    assert len(ceilings) == 11 and sum(ceilings) == 73_860.0
+    rng_state = random.getstate()
+    try:
+        random.seed(7)
+        spans = [sum(decide(Attempt(status=503), n, SETTINGS)[1] for n in range(1, SETTINGS.webhook_max_attempts))
+                 for _ in range(1000)]
+    finally:
+        random.setstate(rng_state)
+    spans.sort()
+    assert spans[10] > 3 * 3600 and spans[500] > 8 * 3600 and spans[-1] <= 73_860.0  # 1st percentile, median
+
+
+def test_attempt_12_is_dead_unless_it_succeeded_or_was_gone():
+    assert SETTINGS.webhook_max_attempts == 12
+    assert decide(Attempt(status=500), 11, SETTINGS)[0] == "retry"
     for attempt in (Attempt(status=500), Attempt(status=429, retry_after=5.0), Attempt(error="ConnectError")):
-        assert decide(attempt, 8, SETTINGS) == ("dead", None)
-        assert decide(attempt, 9, SETTINGS) == ("dead", None)
-    assert decide(Attempt(status=200), 8, SETTINGS) == ("delivered", None)
+        assert decide(attempt, 12, SETTINGS) == ("dead", None)
+        assert decide(attempt, 13, SETTINGS) == ("dead", None)
+    assert decide(Attempt(status=200), 12, SETTINGS) == ("delivered", None)
     assert decide(Attempt(status=410), 8, SETTINGS) == ("gone", None)
 
 

@@ -365,6 +365,8 @@ class Dispatcher:
             else:  # its lease expired and another dispatcher holds it now
                 self.counts["stale"] += 1
                 self.metrics.stale_writes_rejected.labels("delivery_settle").inc()
+        self._disable_dying({d.endpoint_id for (d, _), o in zip(finished, outcomes)
+                             if o["outcome"] == "dead" and d not in gone and d.id in applied})
         for d in gone:
             try:
                 self.store.webhooks.webhook_endpoint_set_enabled(
@@ -373,3 +375,18 @@ class Dispatcher:
                             extra={"endpoint_id": str(d.endpoint_id), "url": redacted(d.url)})
             except Exception as exc:  # already removed by an operator; nothing to disable
                 log.info("could not disable endpoint", extra={"endpoint_id": str(d.endpoint_id), "error": str(exc)})
+
+    def _disable_dying(self, endpoint_ids: set) -> None:
+        """Endpoints whose deliveries have only died for SKIPLOCK_WEBHOOK_DISABLE_AFTER_SECONDS are
+        disabled with the reason (a receiver gone for good, not down for a deploy)."""
+        window = self.settings.webhook_disable_after_seconds
+        if not endpoint_ids or window <= 0:
+            return
+        try:
+            disabled = self.store.webhooks.webhook_endpoint_disable_dying(sorted(endpoint_ids, key=str), window)
+        except DatabaseUnavailable as exc:  # the next death looks again
+            log.warning("could not check endpoints for disabling", extra={"error": str(exc)})
+            return
+        for endpoint_id, url, reason in disabled:
+            log.warning("endpoint disabled: its deliveries only died", extra={
+                "endpoint_id": str(endpoint_id), "url": redacted(url), "reason": reason})

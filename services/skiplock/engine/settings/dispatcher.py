@@ -11,7 +11,7 @@ import ipaddress
 
 from ..errors import ConfigError, InvalidInput
 from ..webhooks import default_ports, parse_ports
-from .declaration import DISPATCHER, Variable, positive
+from .declaration import DISPATCHER, Variable, at_least_zero, positive
 
 _D = ("dispatcher", "dev")
 _D_AND_API = ("dispatcher", "api", "dev")
@@ -52,11 +52,16 @@ VARIABLES: tuple[Variable, ...] = (
              "shutdown grace", DISPATCHER, _D, kind="number", bound=positive()),
     Variable("WEBHOOK_TIMEOUT_SECONDS", 10.0, "total time of one attempt (connect ≤ 5 s)", DISPATCHER, _D,
              kind="number", bound=positive()),
-    Variable("WEBHOOK_MAX_ATTEMPTS", 8, "attempts before the dead letter", DISPATCHER, _D, kind="integer",
+    # the defaults retry over hours, as Standard Webhooks' senders do: a receiver down for a deploy
+    # or a night gets its events (ceilings 1 min, 2, 4, ... 6 h: about 10 h on average, 20 h at most)
+    Variable("WEBHOOK_MAX_ATTEMPTS", 12, "attempts before the dead letter", DISPATCHER, _D, kind="integer",
              bound=positive("integer")),
-    Variable("WEBHOOK_RETRY_BASE_SECONDS", 1.0, "backoff base: attempt n waits `uniform(0, min(cap, base·2^(n-1)))`",
+    Variable("WEBHOOK_RETRY_BASE_SECONDS", 60.0, "backoff base: attempt n waits `uniform(0, min(cap, base·2^(n-1)))`",
              DISPATCHER, _D, kind="number", bound=positive()),
-    Variable("WEBHOOK_RETRY_CAP_SECONDS", 900.0, "backoff cap", DISPATCHER, _D, kind="number", bound=positive()),
+    Variable("WEBHOOK_RETRY_CAP_SECONDS", 21600.0, "backoff cap", DISPATCHER, _D, kind="number", bound=positive()),
+    Variable("WEBHOOK_DISABLE_AFTER_SECONDS", 86400.0, "an enabled endpoint none of whose deliveries succeeded for this "
+             "long, while they died, is disabled with the reason (audited `webhook.disable`); `0`: never",
+             DISPATCHER, _D, kind="number", bound=at_least_zero("(0: never)"), contract=47),
 )
 
 

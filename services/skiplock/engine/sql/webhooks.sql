@@ -197,3 +197,25 @@ WITH doomed AS MATERIALIZED (
 )
 DELETE FROM skiplock.webhook_deliveries AS d USING doomed WHERE d.id = doomed.id
 RETURNING d.id;
+
+-- name: webhook_endpoint_disable_dying
+-- Of the endpoints whose deliveries just died: disable those none of whose deliveries succeeded
+-- for %(window)s seconds while they kept dying (a delivery died that long ago, after the last
+-- success); an endpoint younger than that is left alone. Runs only when a delivery dies.
+UPDATE skiplock.webhook_endpoints AS e
+SET enabled = false, updated_at = now(),
+    disabled_reason = 'every delivery died for ' || round((%(window)s / 3600.0)::numeric, 1) || ' hours (none delivered since '
+                      || coalesce(to_char(last.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"'), 'it was added')
+                      || '): disabled; enable it again by hand once the receiver answers'
+FROM (SELECT id, (SELECT max(d.delivered_at) FROM skiplock.webhook_deliveries AS d
+                  WHERE d.endpoint_id = ep.id AND d.state = 'delivered') AS at
+      FROM skiplock.webhook_endpoints AS ep
+      WHERE ep.id = ANY(%(endpoint_ids)s::uuid[])) AS last
+WHERE e.id = last.id AND e.enabled
+  AND e.created_at <= now() - make_interval(secs => %(window)s)
+  AND coalesce(last.at, '-infinity') < now() - make_interval(secs => %(window)s)
+  AND EXISTS (SELECT 1 FROM skiplock.webhook_deliveries AS d
+              WHERE d.endpoint_id = e.id AND d.state = 'dead'
+                AND d.updated_at <= now() - make_interval(secs => %(window)s)
+                AND d.updated_at > coalesce(last.at, '-infinity'))
+RETURNING e.id, e.url, e.disabled_reason;

@@ -125,6 +125,22 @@ class WebhookStore:
         if not self.db.fetch("webhook_endpoint_set_secret", {"id": _webhook_id(endpoint_id), "secret": secret}):
             raise WebhookNotFound(f"webhook endpoint {endpoint_id} not found")
 
+    def webhook_endpoint_disable_dying(self, endpoint_ids: list, window_seconds: float) -> list[tuple]:
+        """Disable those of `endpoint_ids` whose deliveries have only died for `window_seconds`, each
+        with its reason and its audit row (`webhook.disable`, actor `dispatcher`), in one
+        transaction; [(id, url, reason)] of those disabled."""
+        with self.db.unit() as conn:
+            conn.execute(self.db.sql["webhook_endpoints_lock"])
+            disabled = conn.execute(self.db.sql["webhook_endpoint_disable_dying"], dict(
+                endpoint_ids=[_webhook_id(e) for e in endpoint_ids], window=window_seconds)).fetchall()
+            for endpoint_id, _, reason in disabled:
+                conn.execute(self.db.sql["audit_insert"], dict(
+                    actor="dispatcher", action="webhook.disable", target=str(endpoint_id), request_id=None,
+                    outcome="ok", detail=Jsonb({"reason": reason})))
+            if disabled:
+                self._sync_outbox_trigger(conn)
+        return disabled
+
     def webhook_endpoint_set_enabled(self, endpoint_id: uuid.UUID | str, enabled: bool,
                                      reason: str | None = None) -> None:
         key = _webhook_id(endpoint_id)
