@@ -28,7 +28,7 @@ from .engine.settings import Settings
 
 log = logging.getLogger("skiplock.dev")
 
-DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky", "demo.order")
+DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky", "demo.refund", "demo.order")
 
 
 def embedded_postgres(data_dir: Path) -> str:
@@ -48,6 +48,7 @@ def enqueue_demo(url: str, schema: str) -> int:
     ids = enqueue_many(url, "demo.hello", [{"name": f"user-{i}"} for i in range(20)], schema=schema)
     ids += [enqueue(url, "demo.report", {"pages": 5}, schema=schema) for _ in range(3)]
     ids += enqueue_many(url, "demo.flaky", [{}] * 10, schema=schema)
+    ids.append(enqueue(url, "demo.refund", {"order": 7}, schema=schema))  # fails for good
     ids.append(enqueue(url, "demo.hello", {"name": "later"}, delay=10, schema=schema))
     ids += [enqueue(url, "demo.order", {"order": n}, schema=schema) for n in (1, 2)]
     return len(ids)

@@ -273,3 +273,30 @@ def test_a_task_module_that_cannot_be_imported_is_one_line_naming_it(db_url, tmp
     assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
     assert done.stderr == f"skiplock worker: {message.format(cwd=project)}\n"
     assert "Traceback" not in done.stdout
+
+
+def test_schedules_add_creates_one_schedule_audited_and_refuses_a_name_in_use(db_url):
+    """`skiplock schedules add` (issue 35): a one-liner for what a file and `schedules apply` did."""
+    made = skiplock("schedules", "add", "nightly", "--kind", "reports.nightly", "--cron", "0 3 * * *",
+                    "--payload", '{"full": true}', "--queue", "reports", url=db_url)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("created: nightly")
+    every = skiplock("schedules", "add", "tick", "--kind", "t.tick", "--every", "30", url=db_url)
+    assert every.returncode == 0, every.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT name, kind, queue, payload, cron, interval_seconds FROM skiplock.schedules "
+                            "ORDER BY name").fetchall()
+        assert rows == [("nightly", "reports.nightly", "reports", {"full": True}, "0 3 * * *", None),
+                        ("tick", "t.tick", "default", {}, None, 30.0)]
+        again = skiplock("schedules", "add", "nightly", "--kind", "other.kind", "--cron", "* * * * *", url=db_url)
+        assert again.returncode == 1 and again.stderr.strip().count("\n") == 0, again.stderr
+        assert "exists" in again.stderr
+        assert conn.execute("SELECT kind FROM skiplock.schedules WHERE name = 'nightly'").fetchone() == ("reports.nightly",)
+        for bad in (["--cron", "61 * * * *"], ["--cron", "* * * * *", "--payload", "[1"], ["--every", "-5"]):
+            refused = skiplock("schedules", "add", "bad", "--kind", "k", *bad, url=db_url)
+            assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0, (bad, refused.stderr)
+        assert scalar(conn, "SELECT count(*) FROM skiplock.schedules") == 2
+        audit = conn.execute("SELECT action, target, outcome FROM skiplock.audit_log WHERE target IN "
+                             "('nightly', 'tick') ORDER BY id").fetchall()
+        assert audit == [("schedule.create", "nightly", "ok"), ("schedule.create", "tick", "ok"),
+                         ("schedule.create", "nightly", "request.invalid")], audit

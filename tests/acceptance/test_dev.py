@@ -33,9 +33,13 @@ def test_dev_runs_the_demo_to_the_end_serves_the_api_and_stops_on_ctrl_c(db_url,
                           "FROM skiplock.tasks WHERE kind LIKE 'demo.%%'", (demo_tasks,))
 
     wait_for(finished, 90, interval=0.5, message=f"{demo_tasks} demo tasks finished")
-    # demo.flaky fails half its attempts on purpose: one may spend all five (1 in 32); nothing else fails
+    # demo.refund fails for good at its first attempt, so the console's failed view has a task from the
+    # start; demo.flaky fails half its attempts on purpose: one may spend all five (1 in 32); nothing else fails
     failed = db.execute("SELECT kind, attempts, last_error FROM skiplock.tasks WHERE state = 'failed'").fetchall()
-    assert all(kind == "demo.flaky" and attempts == 5 and "503" in error for kind, attempts, error in failed), failed
+    refunds = [row for row in failed if row[0] == "demo.refund"]
+    assert len(refunds) == 1 and refunds[0][1] == 1 and "refused" in refunds[0][2], failed
+    assert all(kind == "demo.flaky" and attempts == 5 and "503" in error for kind, attempts, error in failed
+               if kind != "demo.refund"), failed
     # the progress line shows the drained workload
     wait_for(lambda: re.search(r"\[skiplock dev\] queued 0 · running 0 · completed \d+", dev.log()), 10,
              message="a progress line with nothing left")

@@ -165,3 +165,11 @@ def cell(value) -> str:
         return " ".join(value.split())
     return json.dumps(value, separators=(",", ":"), default=str)
 
+
+
+def payload_flag(text: str):
+    """A `--payload` flag's JSON value, or one line saying why not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None

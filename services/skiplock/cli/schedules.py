@@ -1,6 +1,7 @@
-"""`skiplock schedules apply|list|delete|pause|resume|fire|fires`: schedules, declared in a
-YAML file and applied. Each change writes the audit row of the API's matching route (actor
-`cli:<os user>`): apply one `schedule.create|update|delete` per schedule it changes, delete
+"""`skiplock schedules apply|add|list|delete|pause|resume|fire|fires`: schedules, declared in a
+YAML file and applied, or added one at a time. Each change writes the audit row of the API's
+matching route (actor `cli:<os user>`): apply one `schedule.create|update|delete` per schedule it
+changes, add `schedule.create`, delete
 `schedule.delete`, pause and resume `schedule.update` (PATCH {"enabled"}), fire `schedule.fire`;
 a refused one (not found) its row with the error's code."""
 
@@ -10,7 +11,7 @@ import datetime as dt
 
 from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
-from .command import actor, audited, open_store, print_table
+from .command import actor, audited, open_store, payload_flag, print_table
 
 
 def add_parsers(sub) -> None:
@@ -20,6 +21,15 @@ def add_parsers(sub) -> None:
     ap.add_argument("-f", "--file", required=True, help="YAML file: a list of schedules or `schedules: [...]`")
     ap.add_argument("--prune", action="store_true", help="also delete schedules the file does not name")
     ap.add_argument("--dry-run", action="store_true", help="validate the file; change nothing")
+    ad = scs.add_parser("add", help="create one schedule from flags (a name already in use is refused)")
+    ad.add_argument("name")
+    ad.add_argument("--kind", required=True, help="the task kind it enqueues")
+    when = ad.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="cron expression, e.g. '*/5 * * * *'")
+    when.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds instead")
+    ad.add_argument("--payload", default=None, metavar="JSON", help="the task's payload (a JSON object)")
+    ad.add_argument("--queue", default=None, help="the task's queue (default: the kind's declared queue, else default)")
+    ad.add_argument("--timezone", default=None, metavar="TZ", help="the cron expression's time zone (default UTC)")
     scs.add_parser("list", help="show every schedule and when it fires next")
     for action, text in (("delete", "delete a schedule"), ("pause", "stop firing a schedule"),
                          ("resume", "fire a paused schedule again, from its next time after now"),
@@ -41,6 +51,8 @@ def _schedules(args, settings: Settings) -> int:
     from ..engine.schedules import load_file
 
     definitions = load_file(args.file) if args.action == "apply" else None
+    if args.action == "add":
+        definitions = [_from_flags(args)]
     if args.action == "apply" and args.dry_run:
         from ..engine.schedules import check_schedule_payloads
 
@@ -54,6 +66,8 @@ def _schedules(args, settings: Settings) -> int:
     try:
         if args.action == "apply":
             _apply(store, definitions, args, settings)
+        elif args.action == "add":
+            _add(store, definitions[0], settings)
         elif args.action == "list":
             _print_schedules(store.schedules.schedule_list())
         elif args.action == "delete":
@@ -107,6 +121,36 @@ def _apply(store, definitions, args, settings: Settings) -> None:
         for name in report[outcome]:
             print(f"{outcome}: {name}")
     print(", ".join(f"{len(report[k])} {k}" for k in ("created", "updated", "unchanged", "deleted")))
+
+
+def _from_flags(args):
+    """The schedule `schedules add` names, checked as a file's entry is (one line per error)."""
+    from ..engine.schedules import Schedule
+
+    fields = {"name": args.name, "kind": args.kind}
+    if args.cron is not None:
+        fields["cron"] = args.cron
+    else:
+        fields["interval_seconds"] = args.every
+    if args.payload is not None:
+        fields["payload"] = payload_flag(args.payload)
+    for field in ("queue", "timezone"):
+        if getattr(args, field) is not None:
+            fields[field] = getattr(args, field)
+    return Schedule.from_mapping(fields)
+
+
+def _add(store, schedule, settings: Settings) -> None:
+    """As POST /v1/schedules: `schedule.create`; a name in use is refused and nothing changes
+    (the upsert and its refusal roll back together: no read-then-write)."""
+    from ..engine.schedule_actions import apply_schedules
+
+    with audited(store, "schedule.create", schedule.name) as (tx, _change):
+        report = apply_schedules(tx, [schedule], max_payload_bytes=settings.max_payload_bytes)
+        if not report["created"]:
+            raise InvalidInput(f"schedule {schedule.name!r} exists: change it with `schedules apply`, "
+                               "or delete it first")
+    print(f"created: {schedule.name} ({schedule.describe})")
 
 
 def _print_fires(store, name: str, limit: int) -> None:

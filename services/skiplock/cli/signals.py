@@ -8,12 +8,10 @@ line a bad one gets is the library's and the API's.
 
 from __future__ import annotations
 
-import json
 
 from ..engine.durable import check_name, encode_json
-from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
-from .command import actor, cell, output_option, page_table, query, run_work
+from .command import actor, cell, output_option, page_table, payload_flag, query, run_work
 
 
 def add_parsers(sub) -> None:
@@ -38,10 +36,7 @@ def run(args) -> int:
 
 def _send(args, settings: Settings):
     name = check_name("signal", args.name)
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    payload = payload_flag(args.payload)
     payload = encode_json("signal payload", payload, settings.max_payload_bytes)[1]
 
     def send(store):

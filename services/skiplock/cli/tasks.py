@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 
 from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
 from ..engine.task_actions import BULK_DEFAULT_LIMIT, TaskFilter, bulk, cancel_task, check_bulk, resume_task
-from .command import (actor, cell, open_store, output_option, page_table, print_table, printable, query,
-                      run_work)
+from .command import (actor, cell, open_store, output_option, page_table, payload_flag, print_table, printable,
+                      query, run_work)
 
 # `tasks wait` gives up after this many seconds unless told otherwise
 WAIT_DEFAULT_SECONDS = 60
@@ -112,10 +111,7 @@ def run_enqueue(args) -> int:
     from ..enqueueing import enqueue
 
     settings = Settings.from_env()
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    payload = payload_flag(args.payload)
     run_at = None
     if args.run_at:
         try:

@@ -1,5 +1,6 @@
 """Example handlers used by `skiplock dev` and the README: one plain task, one multi-step task
-that checkpoints a cursor, one that fails now and then and is retried, and a durable order
+that checkpoints a cursor, one that fails now and then and is retried, one that fails for good
+(so the console's failed view has a task to look at, retry and purge), and a durable order
 workflow that waits for a signal and sleeps."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import random
 import time
 
-from skiplock import Retry, Step, task
+from skiplock import Fail, Retry, Step, task
 
 
 @task("demo.hello")
@@ -33,6 +34,12 @@ def flaky(ctx, payload):
     if random.random() < 0.5:
         raise Retry(message="the downstream said 503")  # backoff with full jitter
     return {"ok": True, "attempt": ctx.attempt}
+
+
+@task("demo.refund")
+def refund(ctx, payload):
+    """Fails for good at once: a permanent error is not retried."""
+    raise Fail(f"refund of order {payload.get('order', 1)} refused: the charge is older than 180 days")
 
 
 @task("demo.order")
