@@ -24,6 +24,9 @@ from ..engine.errors import TooManyRequests
 from ..engine.store import Store
 
 WINDOW_SECONDS = 60.0
+# blocked addresses this process keeps before it drops the ended ones (a guesser with many
+# addresses would otherwise grow the table until each one came back)
+FORGET_AT = 1024
 
 
 class AuthThrottled(TooManyRequests):
@@ -59,8 +62,11 @@ class AuthThrottle:
         failures, left = self.store.console_sessions.auth_failure_record(client, self.window_seconds)
         if failures <= self.max_failures:
             return
+        now = time.monotonic()
         with self._lock:
-            self._blocked[client] = time.monotonic() + left
+            if len(self._blocked) >= FORGET_AT:  # many addresses: drop the ended blocks, not only on their return
+                self._blocked = {address: until for address, until in self._blocked.items() if until > now}
+            self._blocked[client] = now + left
         if failures == self.max_failures + 1:  # the block's first refusal, on whichever process
             self.store.audit.audit_insert(actor="anonymous", action="auth.throttled", target=client,
                                           request_id=None, outcome=AuthThrottled.code,

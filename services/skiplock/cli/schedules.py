@@ -28,7 +28,7 @@ def add_parsers(sub) -> None:
     when.add_argument("--cron", metavar="EXPR", help="cron expression, e.g. '*/5 * * * *'")
     when.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds instead")
     ad.add_argument("--payload", default=None, metavar="JSON", help="the task's payload (a JSON object)")
-    ad.add_argument("--queue", default=None, help="the task's queue (default: the kind's declared queue, else default)")
+    ad.add_argument("--queue", default=None, help="the task's queue (default: default, as a schedules file)")
     ad.add_argument("--timezone", default=None, metavar="TZ", help="the cron expression's time zone (default UTC)")
     scs.add_parser("list", help="show every schedule and when it fires next")
     for action, text in (("delete", "delete a schedule"), ("pause", "stop firing a schedule"),
