@@ -58,7 +58,7 @@ def test_printed_entries_configure_the_api_and_the_printed_tokens_authenticate(p
     body = index.json()
     assert (body["name"], body["version"], body["api_version"], body["openapi"]) == \
         ("skiplock", importlib.metadata.version("skiplock"), "1", "/v1/openapi.json")
-    assert body["links"] == {"audit": "/v1/audit", "deliveries": "/v1/deliveries", "kinds": "/v1/kinds",
+    assert body["links"] == {"audit": "/v1/audit", "deliveries": "/v1/deliveries", "events": "/v1/events", "kinds": "/v1/kinds",
                              "limits": "/v1/limits",
                              "queues": "/v1/queues", "schedules": "/v1/schedules", "signals": "/v1/signals",
                              "tasks": "/v1/tasks", "webhooks": "/v1/webhooks", "workers": "/v1/workers"}

@@ -389,6 +389,7 @@ def test_good_values_render():
     ({"worker": {"claimLanes": -1}}, "claimLanes"),
     ({"api": {"limits": {"maxWaitSeconds": 51}}}, "maxWaitSeconds"),
     ({"api": {"limits": {"maxWaits": -1}}}, "maxWaits"),
+    ({"api": {"limits": {"maxFeeds": -1}}}, "maxFeeds"),
 ])
 def test_schema_refuses_bad_values(bad, message):
     import helm_python as helm
@@ -699,9 +700,11 @@ def test_long_poll_bounds_reach_the_api():
         return r.env_of(r.pod_spec(r.by_name(objs, "Deployment", "skiplock-api"))["containers"][0])
 
     default = api_env(GOOD)
-    assert (default["SKIPLOCK_API_MAX_WAIT_SECONDS"], default["SKIPLOCK_API_MAX_WAITS"]) == ("20", "2")
-    changed = api_env(_merge(GOOD, {"api": {"limits": {"maxWaitSeconds": 0, "maxWaits": 3}}}))
-    assert (changed["SKIPLOCK_API_MAX_WAIT_SECONDS"], changed["SKIPLOCK_API_MAX_WAITS"]) == ("0", "3")
+    assert (default["SKIPLOCK_API_MAX_WAIT_SECONDS"], default["SKIPLOCK_API_MAX_WAITS"],
+            default["SKIPLOCK_API_MAX_FEEDS"]) == ("20", "2", "2")
+    changed = api_env(_merge(GOOD, {"api": {"limits": {"maxWaitSeconds": 0, "maxWaits": 3, "maxFeeds": 0}}}))
+    assert (changed["SKIPLOCK_API_MAX_WAIT_SECONDS"], changed["SKIPLOCK_API_MAX_WAITS"],
+            changed["SKIPLOCK_API_MAX_FEEDS"]) == ("0", "3", "0")
 
 
 def test_claim_lanes_reach_the_workers_only_when_set():

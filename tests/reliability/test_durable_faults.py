@@ -241,11 +241,14 @@ def test_a_task_sleeping_an_hour_holds_no_lease_lock_or_connection(db_url, db, p
     assert (state, suspended, owner, until) == ("waiting", "sleep", None, None)
     assert 3500 < wake_in <= 3600
     wait_for(lambda: metric(worker.metrics_port, "skiplock_worker_inflight") == 0, 5, message="in_flight 0")
-    # over a few heartbeats: no transaction of the worker is open, no advisory lock held, and the
-    # row can be locked at once (nobody holds it, not even FOR SHARE)
+    # over a few heartbeats: no transaction of the worker stays open, no advisory lock held, and the
+    # row can be locked at once (nobody holds it, not even FOR SHARE). A claim or heartbeat
+    # transaction is seen idle between its statements for a moment; one held for the sleep is
+    # older than a second.
     for _ in range(6):
         assert scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                          "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'") == 0
+                          "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%' "
+                          "AND xact_start < clock_timestamp() - interval '1 second'") == 0
         assert scalar(db, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
                           "WHERE d.datname = current_database() AND l.locktype = 'advisory'") == 0
         with db.transaction():

@@ -42,13 +42,16 @@ log = logging.getLogger("skiplock.api")
 
 # One blueprint per resource, in the order the document lists them; adding a resource is one
 # more name here (its module defines `bp`).
-RESOURCES = ("index", "health", "openapi", "tasks", "steps", "signals", "queues", "kinds", "flow_control",
+RESOURCES = ("index", "health", "openapi", "tasks", "steps", "signals", "events", "queues", "kinds", "flow_control",
              "schedules", "webhooks", "deliveries", "audit", "workers")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int = 8) -> Flask:
+def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int = 8,
+               request_threads: int | None = None) -> Flask:
+    """`request_threads`: gunicorn's threads per worker, of which long-polls and event feeds leave
+    one to the other requests (admission_bounds.py); None: as many as requests (a test's server)."""
     # the API's variables, and no other (engine/settings: each Variable names its roles)
     settings = ApiSettings.of(settings or Settings.from_env())
     tracing_setup.setup_from_environment("api")  # only when OTEL_TRACES_EXPORTER names an exporter
@@ -67,7 +70,7 @@ def create_app(settings: Settings | ApiSettings | None = None, *, pool_size: int
     metrics = ApiMetrics()
     app.extensions[KEY] = ApiContext(settings, store, auth, metrics,
                                      trusted_proxies=refusals.parse_networks(settings.api_trusted_proxies),
-                                     admission_bounds=AdmissionBounds(settings), replica=_replica(settings, store, pool_size, metrics),
+                                     admission_bounds=AdmissionBounds(settings, request_threads=request_threads), replica=_replica(settings, store, pool_size, metrics),
                                      auth_throttle=AuthThrottle(store, settings.api_max_auth_failures,
                                                                 metrics.auth_throttled))
     app.before_request(_trace_begin)

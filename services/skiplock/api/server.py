@@ -100,4 +100,4 @@ class ApiServer(BaseApplication):
         from .app import create_app
 
         # one pool per worker: as many connections as threads, one spare for /readyz
-        return create_app(self.settings, pool_size=self.options["threads"] + 1)
+        return create_app(self.settings, pool_size=self.options["threads"] + 1, request_threads=self.options["threads"])

@@ -1,4 +1,4 @@
-"""The API's variables (credentials, its read replica, timeouts and admission bounds, long-polls),
+"""The API's variables (credentials, its read replica, timeouts and admission bounds, long-polls and feeds),
 the parsing of its token list, and `skiplock dev`'s port.
 
 It declares; it reads no environment.
@@ -119,6 +119,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("API_MAX_WAITS", 2, "long-polls one gunicorn worker holds at once (each holds a request thread and a "
              "database connection; at most `--threads` − 1 of them); another answers 429 with `Retry-After`; "
              "`0`: no long-poll", API, _A, kind="integer", bound=at_least_zero("(0: no long-poll)"), contract=43),
+    Variable("API_MAX_FEEDS", 2, "event feeds one gunicorn worker holds at once: `GET /v1/events` long-polls and "
+             "`GET /v1/events/stream` streams, the console's live pages among them (each holds a request thread); "
+             "another answers 429 `request.rate_limited` with `Retry-After`; `0`: no stream, and no feed long-poll",
+             API, _A, kind="integer", bound=at_least_zero("(0: no stream)"),
+             more="feeds and `?wait=` long-polls together hold at most `--threads` − 1 threads of a worker, so "
+             "one is always left for other requests", contract=48),
     Variable("API_MAX_AUTH_FAILURES", 10, "wrong tokens one client address may present (to the API or the "
              "console's sign-in) in a minute, counted across every API process; past it 429 `auth.throttled` with "
              "`Retry-After`, and that address's requests are refused until the minute ends; `0`: no limit", API, _A,

@@ -1,7 +1,7 @@
 """The one package that talks to Postgres at run time (migrations and the listener aside).
 
 `Store` is its door: `store.tasks`, `store.schedules`, `store.webhooks`, `store.audit`, `store.workers`,
-`store.limits`, `store.replication` and `store.steps` are its rooms, one class per table group, each method named after the named
+`store.limits`, `store.replication`, `store.steps` and `store.events` are its rooms, one class per table group, each method named after the named
 statement of engine/sql/ it runs (`store.tasks.task_claim` runs `task_claim`), so that one grep
 finds both. Rows become the frozen types of engine/model.py (and of the rooms) by column name;
 psycopg errors become skiplock errors (translation.translated_errors). Decisions belong to the
@@ -20,6 +20,7 @@ from .console_sessions import ConsoleSessionStore
 from .connection import AsyncConnection, Connection, connect, connect_async
 from .copy import COPY_THRESHOLD
 from .database import Database
+from .events import EventStore, FeedCursor, FeedEvent, FeedPage
 from .limits import LimitRecord, LimitStats, LimitStore
 from .reply_timeout import wait_unbounded
 from .replication import ReplicationStore
@@ -31,7 +32,8 @@ from .translation import translated_errors
 from .webhooks import Delivery, DeliveryRecord, WebhookEndpoint, WebhookStore
 from .workers import WorkerRecord, WorkerStore
 
-__all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "LimitRecord", "LimitStats",
+__all__ = ["COPY_THRESHOLD", "Connection", "Delivery", "DeliveryRecord", "DueSchedule", "FeedCursor", "FeedEvent",
+           "FeedPage", "LimitRecord", "LimitStats",
            "ReclaimedTask", "Store",
            "WebhookEndpoint", "WorkerRecord", "TaskWrite", "connect", "connect_async", "copy_many", "schema_check", "task_insert", "tasks_write", "tasks_write_async",
            "translated_errors", "wait_unbounded"]
@@ -53,6 +55,7 @@ class Store:
         self.limits = LimitStore(db)
         self.replication = ReplicationStore(db)
         self.steps = StepStore(db)
+        self.events = EventStore(db)
 
     @classmethod
     def pooled(cls, url: str, schema: str = "skiplock", *, min_size: int = 1, max_size: int = 8,

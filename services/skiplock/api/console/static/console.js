@@ -1,10 +1,56 @@
-// Keeps a page's live part current: data-refresh seconds after the last refresh finished, while
-// the tab is visible, the page is fetched again and its #live element replaces the one shown.
-// Never two at once: a slow page (a large overview, a busy database) would otherwise pile up
-// fetches on the server, each as slow as the last. A page that no longer has #live (the session
-// ended: the login form came back) stops refreshing and reloads.
+// Keeps a page's live part current, without a reload.
+//
+// The pages of tasks (the overview, the task list, a task) follow the task event feed: the
+// console's Server-Sent Events stream (/ui/events/stream, the API's GET /v1/events/stream with the
+// session), filtered to what the page shows. An event refreshes the page's #live part at once: the
+// page is fetched again and its #live element replaces the one shown. The stream ends every few
+// seconds on the server's side; EventSource reconnects with Last-Event-ID and misses nothing.
+//
+// Without the feed (a browser without EventSource, a page no task event changes, the server's
+// bound on streams reached, the stream refused) the page is fetched again data-refresh seconds
+// after the last refresh finished, while the tab is visible, and the feed is tried again later.
+//
+// Never two refreshes at once, and not more than one a second: events that arrive meanwhile ask
+// for one more after it (a burst of a thousand events is two refreshes, not a thousand). A page
+// that no longer has #live (the session ended: the login form came back) stops refreshing and
+// reloads.
 (function () {
   "use strict";
+
+  // after the feed was refused or failed, read the page this long before trying the feed again
+  var FEED_RETRY_MS = 30000;
+  // a refresh starts at least this long after the one before it (a busy overview reads itself
+  // once a second, not once per event)
+  var REFRESH_GAP_MS = 1000;
+  // where the console is mounted: this script is its static/console.js
+  var script = document.currentScript;
+  var root = script ? script.src.replace(/\/static\/console\.js(\?.*)?$/, "") : "";
+
+  // The feed's filters for this page, or null when no task event changes it.
+  function feedQuery() {
+    var path = window.location.pathname;
+    var base = new URL(root || window.location.origin).pathname.replace(/\/$/, "");
+    if (path.indexOf(base) !== 0) {
+      return null;
+    }
+    path = path.slice(base.length) || "/";
+    var query = new URLSearchParams();
+    var task = /^\/tasks\/([0-9a-fA-F-]{36})$/.exec(path);
+    if (task) {
+      query.set("task", task[1]);
+      return query;
+    }
+    if (path === "/tasks") {
+      var shown = new URLSearchParams(window.location.search);
+      ["queue", "kind"].forEach(function (name) {
+        if (shown.get(name)) {
+          query.set(name, shown.get(name));
+        }
+      });
+      return query;
+    }
+    return path === "/" ? query : null;
+  }
 
   function start() {
     var live = document.getElementById("live");
@@ -12,19 +58,63 @@
       return;
     }
     var seconds = Math.max(1, parseInt(live.dataset.refresh, 10) || 5);
+    var query = feedQuery();
     var stopped = false;
+    var refreshing = false;
+    var again = false;
+    var source = null;
+    var timer = null;
+    var lastStart = 0;
+    var deferred = null;
 
-    function next() {
-      if (!stopped) {
-        window.setTimeout(refresh, seconds * 1000);
-      }
+    function replaceLive(fresh) {
+      var shown = document.getElementById("live");
+      // ticked rows stay ticked, and opened details open, across a refresh
+      var ticked = {};
+      shown.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
+        ticked[box.value] = true;
+      });
+      var opened = Array.prototype.map.call(shown.querySelectorAll("details"), function (details) {
+        return details.open;
+      });
+      shown.replaceChildren.apply(shown, Array.prototype.slice.call(fresh.childNodes).map(function (node) {
+        return document.importNode(node, true);
+      }));
+      shown.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+        box.checked = !!ticked[box.value];
+      });
+      shown.querySelectorAll("details").forEach(function (details, i) {
+        if (opened[i]) {
+          details.open = true;
+        }
+      });
     }
 
     function refresh() {
-      if (document.hidden) {
-        next();
+      if (stopped) {
         return;
       }
+      if (refreshing) {
+        again = true;
+        return;
+      }
+      if (document.hidden) {
+        again = true;  // when the tab is shown again
+        return;
+      }
+      var wait = lastStart + REFRESH_GAP_MS - Date.now();
+      if (wait > 0) {
+        if (!deferred) {
+          deferred = window.setTimeout(function () {
+            deferred = null;
+            refresh();
+          }, wait);
+        }
+        return;
+      }
+      lastStart = Date.now();
+      refreshing = true;
+      again = false;
       fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
         .then(function (response) {
           return response.ok ? response.text() : Promise.reject(response.status);
@@ -33,27 +123,72 @@
           var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("live");
           if (!fresh) {
             stopped = true;
+            if (source) {
+              source.close();
+            }
             window.location.reload();
             return;
           }
-          // ticked rows stay ticked across a refresh
-          var ticked = {};
-          document.querySelectorAll("#live input[type=checkbox]:checked").forEach(function (box) {
-            ticked[box.value] = true;
-          });
-          document.getElementById("live").replaceChildren.apply(
-            document.getElementById("live"), Array.prototype.slice.call(fresh.childNodes).map(function (node) {
-              return document.importNode(node, true);
-            }));
-          document.querySelectorAll("#live input[type=checkbox]").forEach(function (box) {
-            box.checked = !!ticked[box.value];
-          });
+          replaceLive(fresh);
         })
         .catch(function () { /* the next one tries again */ })
-        .then(next);
+        .then(function () {
+          refreshing = false;
+          if (again) {
+            refresh();
+          }
+          if (!source) {
+            poll();
+          }
+        });
     }
 
-    next();
+    // without the feed: read the page again in a while
+    function poll() {
+      window.clearTimeout(timer);
+      if (!stopped && !source) {
+        timer = window.setTimeout(refresh, seconds * 1000);
+      }
+    }
+
+    function follow() {
+      if (stopped || !window.EventSource || query === null) {
+        return;
+      }
+      var opened = false;
+      source = new EventSource(root + "/events/stream" + (query.toString() ? "?" + query : ""));
+      source.onopen = function () {
+        window.clearTimeout(timer);
+        document.documentElement.setAttribute("data-live", "feed");
+        if (!opened) {
+          opened = true;
+          refresh();  // what committed between the page's answer and the stream's start
+        }
+      };
+      source.onmessage = refresh;
+      source.onerror = function () {
+        if (source && source.readyState === EventSource.CLOSED) {
+          // refused (the bound, the session ended): read the page meanwhile, then try again
+          source = null;
+          document.documentElement.setAttribute("data-live", "poll");
+          poll();
+          window.setTimeout(follow, FEED_RETRY_MS);
+        }
+      };
+    }
+
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden && again) {
+        refresh();
+      }
+    });
+    window.addEventListener("pagehide", function () {
+      if (source) {
+        source.close();  // the server's room for streams is freed at once
+      }
+    });
+    follow();
+    poll();
   }
 
   // A form with data-confirm asks first (a purge cannot be undone).
