@@ -1,6 +1,8 @@
 """The console's live refresh in a real browser against a real `skiplock api`: while the database
-holds the overview's reads back (the tasks table locked, as a long migration or a huge overview
-would), the page never has two refreshes in flight, and refreshing resumes once the reads return."""
+holds a polling page's reads back (the workers page, which no task event changes, with the worker
+registry locked, as a long migration would), the page never has two refreshes in flight, and
+refreshing resumes once the reads return. The pages that follow the event feed refresh on its
+events instead (test_console_live.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ def test_a_slow_refresh_is_never_overlapped_by_the_next(browser, processes, db_u
     wait_ready(start_api(processes, db_url, port, SKIPLOCK_API_STATEMENT_TIMEOUT_SECONDS="60"), base)
     context = browser.new_context()
     page = sign_in(context, base, "admin")
+    page.goto(f"{base}/ui/workers")
     started, in_flight, most = [], set(), [0]
 
     def on_start(request):
@@ -34,7 +37,7 @@ def test_a_slow_refresh_is_never_overlapped_by_the_next(browser, processes, db_u
         context.on(event, lambda request: in_flight.discard(request))
 
     with psycopg.connect(db_url) as blocker:
-        blocker.execute("LOCK TABLE skiplock.tasks IN ACCESS EXCLUSIVE MODE")
+        blocker.execute("LOCK TABLE skiplock.workers IN ACCESS EXCLUSIVE MODE")
         wait_for(lambda: page.wait_for_timeout(100) or started, 4 * REFRESH_SECONDS, message="a refresh started")
         # two and a half periods more: a timer that ignores the pending fetch starts two more in this time
         page.wait_for_timeout(2.5 * REFRESH_SECONDS * 1000)

@@ -150,7 +150,7 @@ def test_webhooks_and_deliveries_list_have_headers_newest_first(run, db, monkeyp
 @pytest.mark.parametrize("seconds, text", [(0.4, "0 s"), (12.7, "12 s"), (60, "1 min"), (3180.4, "53 min"),
                                            (3185, "53 min 5 s"), (7500, "2 h 5 min"), (90061, "1 d 1 h")])
 def test_durations_read_as_a_person_says_them(seconds, text):
-    from skiplock.cli.queues import duration_text
+    from skiplock.api.render import duration_text
 
     assert duration_text(seconds) == text
 

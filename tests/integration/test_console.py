@@ -122,7 +122,7 @@ def test_actions_run_the_api_and_write_its_audit_rows(make_app, db_url, store, d
     assert audit.text.count("<td>task.resume</td>") == 2
     events = [e.type for e in store.tasks.task_events_list(task_id)]
     assert events == ["queued", "cancelled", "resumed"]
-    assert re.findall(r'<td class="num">(\d+)</td><td>(\w+)</td>', page.text) == [("1", "queued"), ("2", "cancelled")]
+    assert re.findall(r'data-seq="(\d+)" data-type="(\w+)"', page.text) == [("1", "queued"), ("2", "cancelled")]
 
 
 def test_the_pages_show_the_numbers_and_page_with_the_api_cursor(make_app, db_url):

@@ -4,6 +4,8 @@ carry the same numbers."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import re
 
 import skiplock
@@ -49,21 +51,36 @@ def test_completions_and_failures_per_minute_in_the_api_and_the_chart(make_app, 
     sign_in(client, "reader")
     page = client.get("/ui/").text
     chart = re.search(r'<svg class="throughput".*?</svg>', page, re.S).group(0)
-    label = "mail: 4 completed, 1 failed in the last 60 minutes"
+    label = "mail: 4 completed, 1 failed in the last hour"
     assert f'aria-label="{label}"' in chart and f"<title>{label}</title>" in chart
-    assert 'role="img"' in chart and 'data-peak="4"' in chart
-    assert len(re.findall(r"<g data-minute=", chart)) == 60
-    bar = re.search(rf'<g data-minute="{iso(minute)}" data-completed="3" data-failed="1">(.*?)</g>', chart, re.S)
+    # the y axis runs to a round number over the busiest bar (4: to 5), labelled at 0 and 5
+    assert 'role="img"' in chart and 'data-peak="5"' in chart and 'data-bars="60"' in chart
+    assert re.findall(r'<text class="y-tick"[^>]*>(\d+)</text>', chart) == ["0", "5"]
+    # six time labels (HH:MM) along the x axis, the first at the window's first minute
+    ticks = re.findall(r'<text class="x-tick"[^>]*>(\d\d:\d\d)</text>', chart)
+    assert len(ticks) == 6 and ticks[0] == (minute - dt.timedelta(minutes=57)).strftime("%H:%M")
+    assert len(re.findall(r'<g class="bar"', chart)) == 60
+    bar = re.search(rf'<g class="bar" data-start="{iso(minute)}" data-completed="3" data-failed="1">(.*?)</g>',
+                    chart, re.S)
     assert bar, chart
-    # the busiest minute fills the chart's 48 px: 3 of 4 completed, 1 of 4 failed on top
-    assert re.search(r'class="completed" x="\d+" y="12.0" width="5" height="36.0"', bar.group(1))
-    assert re.search(r'class="failed" x="\d+" y="0.0" width="5" height="12.0"', bar.group(1))
-    assert page.count('class="completed"') == 2 and page.count('class="failed"') == 1
+    # hovering the bar shows its minute and numbers
+    assert f"<title>{minute:%H:%M} UTC: 3 completed, 1 failed</title>" in bar.group(1)
+    # of the plot's 120 units of height: 3 of 5 completed, 1 of 5 failed on top
+    assert re.search(r'class="completed" x="[\d.]+" y="54.0" width="[\d.]+" height="72.0"', bar.group(1))
+    assert re.search(r'class="failed" x="[\d.]+" y="30.0" width="[\d.]+" height="24.0"', bar.group(1))
+    assert chart.count('<rect class="completed"') == 2 and chart.count('<rect class="failed"') == 1
     assert "<script" not in chart
+
+    # the last day: 48 bars of 30 minutes, the same outcomes in them
+    day = client.get("/ui/?range=day").text
+    chart = re.search(r'<svg class="throughput".*?</svg>', day, re.S).group(0)
+    assert 'aria-label="mail: 4 completed, 1 failed in the last day"' in chart and 'data-bars="48"' in chart
+    assert sum(int(n) for n in re.findall(r'<g class="bar" data-start="[^"]+" data-completed="(\d+)"', chart)) == 4
+    assert client.get("/ui/?range=week").status_code == 200  # an unknown range: the last hour
 
 
 def test_no_outcome_no_chart(make_app, db_url):
     client = make_app().test_client()
     sign_in(client, "reader")
     page = client.get("/ui/").text
-    assert "<svg" not in page and "No task completed or failed in the last 60 minutes." in page
+    assert "<svg" not in page and "No task completed or failed in the last hour." in page

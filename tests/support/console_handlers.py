@@ -14,3 +14,15 @@ def fail_first(ctx, payload):
     if runs == 1:
         raise Fail("first run fails on purpose")
     return {"runs": runs}
+
+
+@task("console.crash", max_attempts=1)
+def crash(ctx, payload):
+    """Fails for good with a traceback of several frames and a message of two lines."""
+    def parse(text):
+        return int(text)
+
+    try:
+        parse(payload.get("text", "not a number"))
+    except ValueError as exc:
+        raise RuntimeError("could not read the order\nline two of the message") from exc

@@ -22,6 +22,22 @@ def iso(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+
+def duration_text(seconds: float) -> str:
+    """A duration as a person reads it, in its two largest units: `12 s`, `53 min`, `2 h 5 min`, `3 d 4 h`."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if whole >= size or parts:
+            parts.append((whole // size, unit))
+            whole %= size
+        if len(parts) == 2:
+            break
+    return " ".join(f"{n} {unit}" for n, unit in parts if n)
+
+
 ERROR = Object({
     "error": Object({
         "code": String("Stable, machine-readable: task.not_found, request.invalid, auth.forbidden, ...",

@@ -8,6 +8,8 @@ starts at its next fire after now exactly as a file apply would.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from flask import Blueprint, Response, g
 
 from ..engine.errors import InvalidInput, PayloadTooLarge, ScheduleExists, ScheduleNotFound
@@ -35,6 +37,11 @@ FIRE = Object({
     "task_id": Uuid("The task a fire enqueued.", nullable=True),
     "detail": String("Why: the overlap or catch-up policy that decided, or who fired it by hand.", nullable=True),
 }, required=("nominal_at", "at", "lag_seconds", "outcome", "task_id", "detail"))
+NEXT_FIRES_SHOWN = 5
+CHECKED = Object({
+    "name": Name(), "timing": String("The timing as the CLI prints it.", example="cron '0 6 * * *' (UTC)"),
+    "next_fires": Array(DateTime(), "The next nominal times, first first."),
+}, required=("name", "timing", "next_fires"))
 FIRED_NOW = Object({
     "schedule": Name(), "nominal_at": DateTime("The tick fired: the current minute (cron) or interval."),
     "task_id": Uuid(), "created": Boolean("false: this tick had fired already, and task_id is that fire's."),
@@ -72,6 +79,19 @@ def create_schedule():
                                  "changes it")
         status = tx.schedules.schedule_get(schedule.name)
     return json_response(schedule_json(status), 201, {"Location": f"/v1/schedules/{schedule.name}"})
+
+
+@operation(bp, "POST", "/v1/schedules:check", summary="Check a schedule definition and show its next fires",
+           role="reader", tag="schedules", body=CREATE, max_body=_max_body,
+           description="Validates the definition as POST /v1/schedules would, and answers the next "
+                       f"{NEXT_FIRES_SHOWN} nominal times it would fire at if it were created now (before jitter). "
+                       "Nothing is written; the console shows these before it saves.",
+           responses={200: ("The definition is valid.", CHECKED)}, errors=(InvalidInput, PayloadTooLarge))
+def check_schedule():
+    schedule = _validated(g.body)
+    fires = schedule.next_fires(dt.datetime.now(dt.timezone.utc), NEXT_FIRES_SHOWN)
+    return json_response({"name": schedule.name, "timing": schedule.describe,
+                          "next_fires": [iso(fire) for fire in fires]})
 
 
 @operation(bp, "GET", "/v1/schedules/<name>", summary="Read a schedule", role="reader", tag="schedules",

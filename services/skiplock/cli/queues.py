@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..engine.errors import InvalidInput
 from ..engine.settings import Settings
 from ..engine.task_actions import set_paused
+from ..api.render import duration_text
 from .command import actor, cell, output_option, print_table, run_work
 
 # how many known names a refused pause names
@@ -105,18 +106,3 @@ def _queues(store):
         if body["paused_kinds"]:
             print(f"paused kinds: {', '.join(body['paused_kinds'])}")
     return body, table
-
-
-def duration_text(seconds: float) -> str:
-    """A duration as a person reads it, in its two largest units: `12 s`, `53 min`, `2 h 5 min`, `3 d 4 h`."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if whole >= size or parts:
-            parts.append((whole // size, unit))
-            whole %= size
-        if len(parts) == 2:
-            break
-    return " ".join(f"{n} {unit}" for n, unit in parts if n)

@@ -161,6 +161,13 @@ class Schedule:
             return CronExpression.parse(self.cron).next_after(nominal, self.tz)
         return nominal + dt.timedelta(seconds=self.interval_seconds)
 
+    def next_fires(self, now: dt.datetime, count: int) -> list[dt.datetime]:
+        """The `count` nominal times a schedule created (or re-timed) at `now` would fire at."""
+        fires = [self.first_fire(now)]
+        while len(fires) < count:
+            fires.append(self.fire_after(fires[-1]))
+        return fires
+
     def current_tick(self, next_fire_at: dt.datetime, now: dt.datetime) -> dt.datetime:
         """The nominal time a "fire now" at `now` fires under: a cron schedule's current minute,
         an interval schedule's latest time on its own grid (next_fire_at give or take whole

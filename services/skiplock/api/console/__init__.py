@@ -28,7 +28,7 @@ log = logging.getLogger("skiplock.api.console")
 
 def create_console(api_app: Flask) -> Flask:
     """The console app, sharing `api_app`'s context and calling its views."""
-    from . import live, signals, views  # noqa: F401 - live and signals add their pages to views.bp
+    from . import live, pages, schedule_form, signals, views  # noqa: F401 - each adds its pages to views.bp
 
     ctx = api_app.extensions[KEY]
     console = Flask(__name__, static_folder="static", static_url_path="/static")

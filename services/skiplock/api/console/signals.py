@@ -17,7 +17,8 @@ from ...engine.errors import InvalidInput
 from ..app_state import api
 from ..audit import record_refusal
 from ..auth import rank
-from .views import bp, call, declare, listing
+from .pages import listing
+from .views import bp, call, declare
 
 # the role the form needs (stronger than the API route's)
 SEND_ROLE = "admin"

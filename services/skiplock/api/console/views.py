@@ -26,15 +26,15 @@ from werkzeug.exceptions import HTTPException
 
 from ...engine.errors import (ConsoleDisabled, Forbidden, PayloadTooLarge, SkiplockError, TooManyRequests,
                               Unauthorized, UnsupportedMediaType)
-from ...engine.model import STATES, uuid7
+from ...engine.model import uuid7
 from .. import refusals
 from ..audit import record_refusal
 from ..auth import ANONYMOUS, rank
 from ..app_state import api
-from ..deliveries import DELIVERY_STATES
 from ..operations import SMALL_BODY
-from ..render import step_label, value_excerpt, waiting_text
+from ..render import duration_text, step_label, value_excerpt, waiting_text
 from ..schema import parse_query
+from . import display
 from .session import DISABLED, Sessions, cookie_options
 
 log = logging.getLogger("skiplock.api.console")
@@ -46,12 +46,6 @@ SESSIONS = "skiplock.console.sessions"
 
 # Pages refresh their live part this often (static/console.js reads it from the page).
 REFRESH_SECONDS = 5
-# The overview's throughput chart covers this many minutes, one bar each.
-THROUGHPUT_MINUTES = 60
-# The schedules page shows each schedule's last decisions, this many.
-FIRES_SHOWN = 5
-# A task's page shows its first steps (durable execution), this many.
-STEPS_SHOWN = 100
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -93,7 +87,9 @@ def install(app: Flask) -> None:
     app.after_request(_close)
     app.register_error_handler(SkiplockError, _skiplock_error)
     app.register_error_handler(HTTPException, _http_error)
-    app.jinja_env.filters.update(pretty=_pretty, waiting=waiting_text, excerpt=value_excerpt, step_label=step_label)
+    app.jinja_env.filters.update(pretty=_pretty, waiting=waiting_text, excerpt=value_excerpt, step_label=step_label,
+                                  ago=display.ago, absolute=display.absolute, between=display.between,
+                                  duration=duration_text, event_fields=display.event_fields)
     app.context_processor(_page_globals)
 
 
@@ -220,7 +216,7 @@ def call(endpoint: str, path: dict | None = None, query: MultiDict | None = None
     return answer
 
 
-def _filters(names) -> MultiDict:
+def page_filters(names) -> MultiDict:
     """The page's query parameters the API view knows, empty ones (a blank form field) left out."""
     return MultiDict([(k, v) for k, v in request.args.items(multi=True) if k in names and v != ""])
 
@@ -259,86 +255,8 @@ def logout():
     return redirect(url_for("console.login"), 303)
 
 
-# ---- pages ---------------------------------------------------------------------------------------------
-
-@bp.get("/")
-def overview():
-    data = call("queues.overview")
-    throughput = call("queues.throughput", query=MultiDict({"minutes": str(THROUGHPUT_MINUTES)}))
-    return render_template("overview.html", queues=data["queues"], paused_kinds=data["paused_kinds"],
-                           states=STATES, throughput=throughput)
-
-
-def listing(endpoint: str, page_endpoint: str) -> tuple[dict, dict, str | None]:
-    """A page of an API list view: its answer, the filters in force and the next page's URL
-    (keyset paging with the API's own cursor)."""
-    names = current_app.extensions[API_APP].view_functions[endpoint].operation.query
-    query = _filters(names)
-    page = call(endpoint, query=query)
-    next_url = None
-    if page["next_cursor"]:
-        following = query.copy()
-        following["cursor"] = page["next_cursor"]
-        next_url = url_for(page_endpoint, **following.to_dict())
-    query.pop("cursor", None)
-    return page, query.to_dict(), next_url
-
-
 # the filters the bulk actions act on: GET /v1/tasks' own, but for its paging
 BULK_FILTERS = ("queue", "state", "kind", "created_after", "created_before")
-
-
-@bp.get("/tasks")
-def tasks():
-    page, filters, next_url = listing("tasks.list_tasks", "console.tasks")
-    done = request.args.get("changed", "")
-    return render_template("tasks.html", tasks=page["tasks"], filters=filters, states=STATES, next_url=next_url,
-                           bulk={name: filters[name] for name in BULK_FILTERS if name in filters},
-                           changed=int(done) if done.isdigit() else None)
-
-
-@bp.get("/tasks/<task_id>")
-def task(task_id):
-    found = call("tasks.get_task", {"task_id": task_id})
-    events = call("tasks.task_events", {"task_id": task_id})["events"]
-    steps = call("steps.task_steps", {"task_id": task_id}, query=MultiDict({"limit": str(STEPS_SHOWN)}))
-    return render_template("task.html", task=found, events=events, steps=steps)
-
-
-@bp.get("/audit")
-def audit():
-    page, filters, next_url = listing("audit.list_audit", "console.audit")
-    return render_template("audit.html", entries=page["entries"], filters=filters, next_url=next_url)
-
-
-@bp.get("/schedules")
-def schedules():
-    schedules = call("schedules.list_schedules")["schedules"]
-    fires = {s["name"]: call("schedules.schedule_fires", {"name": s["name"]},
-                             query=MultiDict({"limit": str(FIRES_SHOWN)}))["fires"] for s in schedules}
-    return render_template("schedules.html", schedules=schedules, fires=fires)
-
-
-@bp.get("/limits")
-def limits():
-    return render_template("limits.html", limits=call("limits.list_limits")["limits"])
-
-
-@bp.get("/webhooks")
-def webhooks():
-    return render_template("webhooks.html", webhooks=call("webhooks.list_webhooks")["webhooks"])
-
-
-@bp.get("/deliveries")
-def deliveries():
-    page, filters, next_url = listing("deliveries.list_deliveries", "console.deliveries")
-    return render_template("deliveries.html", deliveries=page["deliveries"], filters=filters, next_url=next_url,
-                           states=DELIVERY_STATES)
-
-
-@bp.get("/workers")
-def workers():
-    return render_template("workers.html", workers=call("workers.list_workers")["workers"])
 
 
 # ---- actions: each one API view, then back to the page it was pressed on -----------------------------

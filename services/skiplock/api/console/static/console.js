@@ -199,5 +199,37 @@
     }
   });
 
+  // "3 min ago" stays true while the page is open: each <time data-relative> is written again
+  // from its datetime every few seconds (the server wrote it as of the page's answer)
+  function durationText(seconds) {
+    var whole = Math.floor(seconds);
+    if (whole < 60) {
+      return whole + " s";
+    }
+    var parts = [];
+    [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]].forEach(function (unit) {
+      if (parts.length < 2 && (whole >= unit[1] || parts.length)) {
+        parts.push([Math.floor(whole / unit[1]), unit[0]]);
+        whole %= unit[1];
+      }
+    });
+    return parts.filter(function (p) { return p[0]; }).map(function (p) { return p[0] + " " + p[1]; }).join(" ");
+  }
+
+  function relativeTimes() {
+    document.querySelectorAll("time[data-relative]").forEach(function (node) {
+      var at = Date.parse(node.getAttribute("datetime"));
+      if (isNaN(at)) {
+        return;
+      }
+      var seconds = (Date.now() - at) / 1000;
+      node.textContent = Math.abs(seconds) < 1 ? "just now"
+        : seconds > 0 ? durationText(seconds) + " ago" : "in " + durationText(-seconds);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", start);
+  document.addEventListener("DOMContentLoaded", function () {
+    window.setInterval(relativeTimes, 10000);
+  });
 }());
