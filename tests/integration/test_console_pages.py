@@ -74,12 +74,12 @@ def test_a_tasks_events_are_a_timeline_and_its_traceback_code(make_app, db_url, 
     # each event after the first says how long after the one before it came
     assert len(re.findall(r'data-field="since">\+[\d.]+ s</span>', page)) == len(steps) - 1
     # the failed event's traceback and two-line message are code blocks, newlines kept, not JSON strings
-    block = re.search(r'<pre class="code" data-field="event-traceback"><code>(.*?)</code></pre>', page, re.S)
+    block = re.search(r'<pre class="code" tabindex="0" data-field="event-traceback"><code>(.*?)</code></pre>', page, re.S)
     assert block and "Traceback (most recent call last)" in html.unescape(block.group(1))
     assert block.group(1).count("\n") > 5 and "in parse" in block.group(1) and "&#34;traceback&#34;" not in page
     message = re.search(r'data-field="event-error"><code>(.*?)</code>', page, re.S)
     assert message and "could not read the order\nline two of the message" in html.unescape(message.group(1))
-    task_traceback = re.search(r'<pre class="code" data-field="traceback"><code>(.*?)</code>', page, re.S)
+    task_traceback = re.search(r'<pre class="code" tabindex="0" data-field="traceback"><code>(.*?)</code>', page, re.S)
     assert task_traceback and "ValueError" in task_traceback.group(1)
 
 
