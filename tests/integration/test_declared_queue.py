@@ -5,6 +5,8 @@ module, and from `skiplock enqueue` with SKIPLOCK_TASKS; where the definition is
 
 from __future__ import annotations
 
+import json
+
 import skiplock
 import tests.support.handlers  # noqa: F401 - t.note is declared with queue="notes"
 from skiplock.engine.metrics import Metrics
@@ -61,3 +63,19 @@ def test_a_worker_says_which_declared_queues_it_does_not_claim(db_url, store):
     claiming = Worker(Settings(database_url=db_url, queues=("default", "notes")), store, registry=REGISTRY,
                       metrics=Metrics())
     assert "t.note" not in claiming.unclaimed_kinds()
+
+
+def test_a_worker_process_warns_in_one_line_and_ctx_enqueue_uses_the_declared_queue(db_url, db, processes):
+    worker = processes.spawn(db_url, tasks="tests.support.handlers", env={"SKIPLOCK_QUEUES": "default",
+                                                                         "SKIPLOCK_LOG_FORMAT": "json"})
+    processes.wait_ready(worker)
+    parent = skiplock.enqueue(db_url, "t.enqueue_note", {})
+    result = skiplock.wait(db_url, parent, 20).result
+    assert queue_of(db, parent) == "default" and queue_of(db, result) == "notes"
+    # the note waits in its queue: this worker does not claim it, and said so when it started
+    assert scalar(db, "SELECT state FROM skiplock.tasks WHERE id = %s", (result,)) == "queued"
+    warnings = [json.loads(line) for line in worker.log().splitlines()
+                if "kinds declare queues this worker does not claim" in line]
+    assert len(warnings) == 1
+    assert warnings[0]["level"] == "warning" and warnings[0]["kinds"]["t.note"] == "notes"
+    assert warnings[0]["queues"] == ["default"]

@@ -256,6 +256,12 @@ def note(ctx, payload: dict) -> dict:
     return payload
 
 
+@task("t.enqueue_note")
+def enqueue_note(ctx, payload: dict) -> str:
+    """Enqueues one t.note without naming a queue: it goes to the queue t.note declares."""
+    return str(ctx.enqueue("t.note", {"from": str(ctx.task_id)}))
+
+
 @task("t.nap")
 def nap(ctx, payload):
     """Sleeps payload['sleep'] seconds and touches no database (a drain that an outage's own

@@ -37,7 +37,9 @@ LISTING = Object({"kinds": Array(KIND, "By kind. Empty when the API was started 
                        "startup. `POST /v1/tasks` and `POST /v1/tasks:batch` validate the payload of a kind "
                        "listed here with a schema, and answer 400 `request.invalid` with the validation "
                        "message when it does not match; nothing is enqueued. Other kinds' payloads are "
-                       "stored as given, and a worker fails a task whose payload its model refuses.",
+                       "stored as given, and a worker fails a task whose payload its model refuses. A "
+                       "submission without `queue` goes to the kind's `queue` listed here; a kind not listed "
+                       "(the API was started without its module) goes to `default`.",
            responses={200: ("The kinds.", LISTING)})
 def list_kinds():
     kinds = []
