@@ -22,6 +22,7 @@ SYNC := $(UV) sync --frozen --quiet --group tools --group build
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3 $(shell pyenv root 2>/dev/null)/versions/3.12*/bin/python3) $(shell command -v python3.12))
 DJANGO_VENV := .venv-django
 DJANGO_STAMP := $(DJANGO_VENV)/.installed-test
+AXE_STAMP   := tests/browser/node_modules/.installed
 
 .PHONY: dev test check bench tools clean lock lock-check
 
@@ -61,7 +62,7 @@ dev: lock-check $(DEV_STAMP)
 ## test: the whole suite against a real Postgres (found or started; see tests/pgcluster.py), on
 ## several cores (pytest-xdist: -n and --dist in pyproject.toml's addopts), slowest tests listed;
 ## then tests/django (Django 6's task framework) on Python 3.12, in .venv-django
-test: lock-check $(TEST_STAMP) $(DJANGO_STAMP) tools
+test: lock-check $(TEST_STAMP) $(DJANGO_STAMP) tools $(AXE_STAMP)
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest
 	$(DJANGO_VENV)/bin/python -m pytest tests/django
@@ -75,6 +76,11 @@ check: lock-check $(TEST_STAMP)
 .PHONY: reliability
 reliability: lock-check $(TEST_STAMP) tools
 	SKIPLOCK_RELIABILITY=full $(PY) -m pytest tests/reliability
+
+# axe-core for the console's browser tests, from the npm registry as tests/browser's lock pins it
+$(AXE_STAMP): tests/browser/package.json tests/browser/package-lock.json
+	npm ci --prefix tests/browser --no-audit --no-fund --silent
+	touch $@
 
 ## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them)
 tools:

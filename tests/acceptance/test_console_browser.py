@@ -9,7 +9,7 @@ retrying ticked tasks (the ticks kept across a live refresh), sending a signal (
 refused in the page first), a
 reader without buttons whose forged POST is refused, and a POST without its CSRF token. Every
 request stays on the server and no page logs an error. Every page is screenshotted into the
-test's tmp dir and checked with axe (no serious or critical violation).
+test's tmp dir and checked with axe-core from npm (no serious or critical violation).
 
 Chromium must be installed (scripts/install-test-tools): when it cannot start, the test fails
 with one line; it is never skipped.
@@ -26,6 +26,7 @@ import pytest
 import skiplock
 from tests.acceptance.test_api_process import start_api, wait_ready
 from tests.integration.test_api import TOKENS
+from tests.support.axe import report, serious_violations
 from tests.support.harness import free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -50,18 +51,15 @@ class Pages:
     """Screenshots every page it is shown into `directory` and runs axe on it."""
 
     def __init__(self, directory: Path):
-        from axe_playwright_python.sync_playwright import Axe
-
-        self.directory, self.axe, self.saved = directory, Axe(), []
+        self.directory, self.saved = directory, []
         directory.mkdir(parents=True, exist_ok=True)
 
     def check(self, page, name: str) -> None:
         path = self.directory / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         self.saved.append(path)
-        results = self.axe.run(page)
-        serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
-        assert not serious, f"{name}: {results.generate_report()}"
+        serious = serious_violations(page)
+        assert not serious, f"{name}:\n{report(serious)}"
 
 
 def sign_in(context, base: str, role: str):
