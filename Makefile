@@ -72,6 +72,12 @@ check: lock-check $(TEST_STAMP)
 	$(PY) tests/pgcluster.py url >/dev/null || echo "no Postgres reachable: the suite starts a throwaway cluster"
 	$(PY) -m pytest tests/unit tests/chart/test_render.py tests/integration
 
+## chart: print charts/skiplock's manifests and NOTES as `helm install` would install them, rendered by
+## Helm's own engine (no cluster, no helm binary); VALUES="a.yaml ..." and SET="key=value ..." add values
+.PHONY: chart
+chart: lock-check $(TEST_STAMP)
+	@$(PY) scripts/render_chart.py $(addprefix -f ,$(VALUES)) $(addprefix --set ,$(SET))
+
 ## reliability: the database-fault scenarios of tests/reliability/ at full size (`make test` runs them CI-sized)
 .PHONY: reliability
 reliability: lock-check $(TEST_STAMP) tools

@@ -1,18 +1,17 @@
 """Rendering charts/skiplock with the real Helm engine (helm-python-sdk, Helm v4's Go code) and
-turning the output into Kubernetes objects. Nothing here talks to a cluster or the network."""
+turning the output into Kubernetes objects. Nothing here talks to a cluster or the network.
+The render itself is `make chart`'s (scripts/render_chart.py): the tests check what it prints."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "skiplock"
+# the chart tests name these as rendering's
+from scripts.render_chart import CHART, NAMESPACE, RELEASE, ROOT, merge, render, user_values
+
 SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
-RELEASE = "skiplock"
-NAMESPACE = "skiplock"
 # The chart is linted and validated against the newest Kubernetes whose schemas the installed
 # kubernetes-validate ships (a release that adds one moves the tests to it), never below the floor
 # this suite was written against (pyproject.toml's kubernetes-validate>=1.37).
@@ -35,15 +34,6 @@ ROLES = ("api", "worker", "scheduler", "dispatcher")
 
 def scenario_values(name: str) -> dict:
     return yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text()) or {}
-
-
-def render(values: dict | None = None, *, is_upgrade: bool = False) -> dict[str, str]:
-    """{template path: rendered text}; raises helm_python's errors on a schema or template failure."""
-    import helm_python as helm
-
-    with helm.Chart.load(str(CHART)) as chart:
-        return chart.render(values=values or {}, name=RELEASE, namespace=NAMESPACE,
-                            is_install=not is_upgrade, is_upgrade=is_upgrade)
 
 
 def objects(rendered: dict[str, str]) -> list[dict]:

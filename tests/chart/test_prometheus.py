@@ -51,15 +51,8 @@ VALUES = {
 }
 
 
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
 def _values(**extra) -> dict:
-    return _merge(VALUES, extra)
+    return r.merge(VALUES, extra)
 
 
 # ---- the deployment, as local processes ---------------------------------------------------------

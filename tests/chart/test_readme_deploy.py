@@ -10,36 +10,15 @@ import re
 from tests.chart import rendering as r
 from tests.support.readme import deploy_argv, deploy_commands, exported
 
-def _set_values(argv: list[str]) -> dict:
-    """`--set a.b=c` pairs as a values tree, typed as Helm's strvals types them."""
-    values: dict = {}
-    for flag, arg in zip(argv, argv[1:]):
-        if flag != "--set":
-            continue
-        path, raw = arg.split("=", 1)
-        value = {"true": True, "false": False}.get(raw, int(raw) if raw.isdigit() else raw)
-        *parents, leaf = path.split(".")
-        node = values
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return values
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
 
 def _helm(prefix: str, variables: dict[str, str]) -> tuple[str, list[str], dict]:
     argv = deploy_argv(prefix, variables)
     verb, release, chart = argv[1:4]
-    assert (release, chart) == (r.RELEASE, "charts/skiplock"), command
+    assert (release, chart) == (r.RELEASE, "charts/skiplock"), argv
     namespace = argv[argv.index("--namespace") + 1]
-    assert namespace == r.NAMESPACE, command
-    return verb, argv, _set_values(argv)
+    assert namespace == r.NAMESPACE, argv
+    # the README's --set flags, read as `make chart` reads them (Helm's own parser)
+    return verb, argv, r.user_values([], [arg for flag, arg in zip(argv, argv[1:]) if flag == "--set"])
 
 
 def test_every_deploy_command_is_checked():
@@ -81,7 +60,7 @@ def test_helm_commands_render_what_the_readme_says():
 
     verb, argv, more = _helm("helm upgrade ", variables)
     assert verb == "upgrade" and "--reuse-values" in argv
-    upgraded = r.objects(r.render(_merge(values, more), is_upgrade=True))
+    upgraded = r.objects(r.render(r.merge(values, more), is_upgrade=True))
     kinds = {o["kind"] for o in upgraded}
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds
     dashboard = r.by_name(upgraded, "ConfigMap", "skiplock-dashboard")

@@ -357,16 +357,6 @@ GOOD = {"postgresql": {"enabled": False}, "database": {"existingSecret": "db"},
         "api": {"auth": {"existingSecret": "tokens"}}}
 
 
-def _merge(base, extra):
-    out = yaml.safe_load(yaml.safe_dump(base))
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
 def test_good_values_render():
     assert len(r.objects(r.render(GOOD))) >= 8
 
@@ -395,7 +385,7 @@ def test_schema_refuses_bad_values(bad, message):
     import helm_python as helm
 
     with pytest.raises(helm.HelmError) as info:
-        r.render(_merge(GOOD, bad))
+        r.render(r.merge(GOOD, bad))
     assert message in str(info.value)
 
 
@@ -422,7 +412,7 @@ def test_relations_between_values_are_refused(bad, message):
     import helm_python as helm
 
     with pytest.raises(helm.HelmError) as info:
-        r.render(_merge(GOOD, bad))
+        r.render(r.merge(GOOD, bad))
     assert message in str(info.value)
 
 
@@ -431,7 +421,7 @@ def test_keda_postgresql_query_counts_claimable_and_running_tasks(db_url, db):
     must handle: claimable and running tasks of their queues, not delayed or paused ones."""
     from skiplock.enqueueing import enqueue
 
-    objs = r.objects(r.render(_merge(GOOD, {"worker": {"queues": ["default", "reports"],
+    objs = r.objects(r.render(r.merge(GOOD, {"worker": {"queues": ["default", "reports"],
                                                          "keda": {"enabled": True}}})))
     (so,) = r.kind(objs, "ScaledObject")
     (trigger,) = so["spec"]["triggers"]
@@ -702,7 +692,7 @@ def test_long_poll_bounds_reach_the_api():
     default = api_env(GOOD)
     assert (default["SKIPLOCK_API_MAX_WAIT_SECONDS"], default["SKIPLOCK_API_MAX_WAITS"],
             default["SKIPLOCK_API_MAX_FEEDS"]) == ("20", "2", "2")
-    changed = api_env(_merge(GOOD, {"api": {"limits": {"maxWaitSeconds": 0, "maxWaits": 3, "maxFeeds": 0}}}))
+    changed = api_env(r.merge(GOOD, {"api": {"limits": {"maxWaitSeconds": 0, "maxWaits": 3, "maxFeeds": 0}}}))
     assert (changed["SKIPLOCK_API_MAX_WAIT_SECONDS"], changed["SKIPLOCK_API_MAX_WAITS"],
             changed["SKIPLOCK_API_MAX_FEEDS"]) == ("0", "3", "0")
 
@@ -710,7 +700,7 @@ def test_long_poll_bounds_reach_the_api():
 def test_claim_lanes_reach_the_workers_only_when_set():
     default = r.pod_spec(r.by_name(r.objects(r.render(GOOD)), "Deployment", "skiplock-worker"))
     assert "SKIPLOCK_CLAIM_LANES" not in r.env_of(default["containers"][0])  # 0: the worker's own default
-    objs = r.objects(r.render(_merge(GOOD, {"worker": {"claimLanes": 2}})))
+    objs = r.objects(r.render(r.merge(GOOD, {"worker": {"claimLanes": 2}})))
     worker = r.pod_spec(r.by_name(objs, "Deployment", "skiplock-worker"))
     assert r.env_of(worker["containers"][0])["SKIPLOCK_CLAIM_LANES"] == "2"
 
@@ -724,7 +714,7 @@ def test_auth_off_behind_an_ingress_fails_the_render_in_one_line():
     import helm_python as helm
 
     with pytest.raises(helm.HelmError) as info:
-        r.render(_merge(GOOD, INSECURE_INGRESS))
+        r.render(r.merge(GOOD, INSECURE_INGRESS))
     message = str(info.value)
     assert "api.auth.enabled=false with api.ingress.enabled=true" in message and "api.auth.allowInsecure=true" in message
     line = next(line for line in message.splitlines() if "api.auth.allowInsecure" in line)
@@ -732,19 +722,19 @@ def test_auth_off_behind_an_ingress_fails_the_render_in_one_line():
 
 
 def test_auth_off_behind_an_ingress_renders_when_allowed_and_warns():
-    rendered = r.render(_merge(GOOD, _merge(INSECURE_INGRESS, {"api": {"auth": {"allowInsecure": True}}})))
+    rendered = r.render(r.merge(GOOD, r.merge(INSECURE_INGRESS, {"api": {"auth": {"allowInsecure": True}}})))
     assert any(o["kind"] == "Ingress" for o in r.objects(rendered))
     assert "whoever reaches\nthe Ingress is admin" in rendered["skiplock/templates/NOTES.txt"]
     # auth off without an Ingress (a port-forward) stays a plain render
-    r.render(_merge(GOOD, {"api": {"auth": {"enabled": False}}}))
+    r.render(r.merge(GOOD, {"api": {"auth": {"enabled": False}}}))
 
 
 def test_an_ingress_without_tls_warns_in_the_notes():
-    notes = r.render(_merge(GOOD, {"api": {"ingress": {"enabled": True}}}))["skiplock/templates/NOTES.txt"]
+    notes = r.render(r.merge(GOOD, {"api": {"ingress": {"enabled": True}}}))["skiplock/templates/NOTES.txt"]
     assert "WARNING: the Ingress skiplock-api has no TLS" in notes
     with_tls = {"api": {"ingress": {"enabled": True, "tls": [{"secretName": "api-tls",
                                                                "hosts": ["skiplock.example.com"]}]}}}
-    assert "has no TLS" not in r.render(_merge(GOOD, with_tls))["skiplock/templates/NOTES.txt"]
+    assert "has no TLS" not in r.render(r.merge(GOOD, with_tls))["skiplock/templates/NOTES.txt"]
     assert "has no TLS" not in r.render(GOOD)["skiplock/templates/NOTES.txt"]
 
 
@@ -755,7 +745,7 @@ def _dispatcher_egress(values: dict) -> list[dict]:
 
 
 def test_dispatcher_egress_admits_allowed_networks_web_ports_and_public_ipv6():
-    values = _merge(GOOD, {"networkPolicy": {"enabled": True},
+    values = r.merge(GOOD, {"networkPolicy": {"enabled": True},
                            "dispatcher": {"webhook": {"allowedNetworks": ["10.20.0.0/16", "fd00:1::/64"],
                                                       "allowedPorts": "443,8443"}}})
     egress = _dispatcher_egress(values)
@@ -780,7 +770,7 @@ def test_bad_allowed_ports_are_refused_by_the_schema():
     import helm_python as helm
 
     with pytest.raises(helm.HelmError):
-        r.render(_merge(GOOD, {"dispatcher": {"webhook": {"allowedPorts": "http"}}}))
+        r.render(r.merge(GOOD, {"dispatcher": {"webhook": {"allowedPorts": "http"}}}))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
