@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shlex
 import shutil
 import socket
@@ -31,9 +32,33 @@ log = logging.getLogger("skiplock.dev")
 DEMO_KINDS = ("demo.hello", "demo.report", "demo.flaky", "demo.refund", "demo.order")
 
 
+@contextlib.contextmanager
+def runtime_dir(path: Path):
+    """XDG_RUNTIME_DIR set to `path` (made private to this user) while pgserver is imported, if the
+    environment sets none. pgserver puts its lock file in platformdirs' user runtime directory,
+    chosen at import; with the variable unset (a container, root, an ssh session without a login
+    manager) platformdirs prints a RuntimeDirWarning into dev's banner and falls back to a directory
+    of its own. The lock guards the data directory, so it can live next to it."""
+    if os.environ.get("XDG_RUNTIME_DIR") or sys.platform in ("darwin", "win32"):  # these ignore it
+        yield
+        return
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)  # the XDG spec's mode, which platformdirs checks
+    saved = os.environ.get("XDG_RUNTIME_DIR")  # unset, or empty
+    os.environ["XDG_RUNTIME_DIR"] = str(path)
+    try:
+        yield
+    finally:  # not for the processes dev starts
+        if saved is None:
+            del os.environ["XDG_RUNTIME_DIR"]
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+
+
 def embedded_postgres(data_dir: Path) -> str:
     try:
-        import pgserver
+        with runtime_dir(data_dir.parent / "run"):
+            import pgserver
     except ImportError:
         raise ConfigError("SKIPLOCK_DATABASE_URL: unset and the embedded Postgres is not installed; "
                           "pip install 'skiplock[dev]' or point SKIPLOCK_DATABASE_URL at a server") from None
@@ -133,7 +158,9 @@ def second_terminal(settings: Settings, api_port: int) -> str:
     return "[skiplock dev] in another terminal:\n" + "".join(f"    {c}\n" for c in commands)
 
 
-def progress(store, stop: threading.Event, every: float = 1.0) -> None:
+def progress(store, stop: threading.Event, deliveries=dict, every: float = 1.0) -> None:
+    """A line of task counts whenever they change; once webhooks are sent, also the attempts'
+    outcomes (`deliveries()`), which the dispatcher logs one by one only at DEBUG here."""
     last = None
     while not stop.wait(every):
         try:
@@ -145,6 +172,10 @@ def progress(store, stop: threading.Event, every: float = 1.0) -> None:
             counts = dict(rows)
             line = " · ".join(f"{state} {counts.get(state, 0)}" for state in
                               ("queued", "running", "completed", "failed", "cancelled"))
+        sent = deliveries()
+        if any(sent.values()):
+            line += (f" · webhooks delivered {sent['delivered']}, retried {sent['retry']}, "
+                     f"dead {sent['dead'] + sent['gone']}")
         if line != last:
             print(f"[skiplock dev] {line}", flush=True)
             last = line
@@ -190,7 +221,7 @@ def main(settings: Settings, demo: bool = True) -> int:
         worker = Worker(settings, store, metrics=metrics, stop=stop)
         scheduler = Scheduler(settings, store, metrics=metrics, stop=stop)
         threading.Thread(target=scheduler.run, name="scheduler", daemon=True).start()
-        dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop)
+        dispatcher = Dispatcher(settings, store, metrics=metrics, stop=stop, log_attempts=False)
         threading.Thread(target=dispatcher.run, name="dispatcher", daemon=True).start()
         server.start()
         cleanup.callback(server.stop)
@@ -208,5 +239,6 @@ def main(settings: Settings, demo: bool = True) -> int:
                   f"({', '.join(DEMO_KINDS)}); Ctrl-C to stop", flush=True)
         done = threading.Event()
         cleanup.callback(done.set)
-        threading.Thread(target=progress, args=(store, done), name="progress", daemon=True).start()
+        threading.Thread(target=progress, args=(store, done, dispatcher.outcomes), name="progress",
+                         daemon=True).start()
         return worker.run()

@@ -1,6 +1,8 @@
 """`skiplock dev` (what `make dev` runs), against a real Postgres: it migrates, runs every role in one
 process, drains its demo workload, serves the API without auth, prints progress, and stops
-cleanly on Ctrl-C; and what its banner tells a user to run in a second terminal works there."""
+cleanly on Ctrl-C; what its banner tells a user to run in a second terminal works there; its
+terminal carries no Python warning, on a server or on its embedded Postgres, and no line per
+webhook attempt."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.harness import free_port, scalar, wait_exit, wait_for
+
+
+def python_warnings(log: str) -> list[str]:
+    """Python warnings printed into the terminal (RuntimeDirWarning, DeprecationWarning, ...)."""
+    return re.findall(r"^.*\b\w*Warning\b.*$", log, re.M)
 
 
 def test_dev_runs_the_demo_to_the_end_serves_the_api_and_stops_on_ctrl_c(db_url, db, processes):
@@ -57,6 +64,26 @@ def test_dev_runs_the_demo_to_the_end_serves_the_api_and_stops_on_ctrl_c(db_url,
     code, _ = wait_exit(dev, 40)
     assert code == 0, dev.log()[-3000:]
     assert '"worker stopped"' in dev.log()
+    assert python_warnings(dev.log()) == []
+
+
+def test_the_embedded_postgres_starts_without_a_warning(processes, tmp_path):
+    """No SKIPLOCK_DATABASE_URL: dev starts pgserver's Postgres under ./.skiplock, here with no
+    XDG_RUNTIME_DIR (a container's or an ssh session's environment), and its banner is clean."""
+    dev = processes.spawn("", "--no-demo", command="dev", cwd=tmp_path,
+                          env={"XDG_RUNTIME_DIR": "", "SKIPLOCK_DEV_API_PORT": 0})
+    try:
+        wait_for(lambda: '"worker started"' in dev.log() or not dev.alive(), 120,
+                 message="dev on its embedded Postgres")
+        log = dev.log()
+        assert "starting embedded Postgres in .skiplock/pgdata/" in log, log[-3000:]
+        assert re.search(r"^\[skiplock dev\] database postgresql://\S*host=\S*\.skiplock/pgdata", log, re.M), log
+        assert python_warnings(log) == [], log[-3000:]
+    finally:
+        dev.signal(signal.SIGINT)  # dev stops its Postgres on the way out
+        code, _ = wait_exit(dev, 60)
+    assert code == 0, dev.log()[-3000:]
+    assert python_warnings(dev.log()) == []
 
 
 def second_terminal(banner: str) -> list[str]:
@@ -75,7 +102,10 @@ def shell(tmp_path: Path, *lines: str) -> subprocess.CompletedProcess:
 
 
 def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, receiver, tmp_path):
-    dev = processes.spawn(db_url, "--no-demo", command="dev", env={"SKIPLOCK_DEV_API_PORT": 0})
+    # a receiver that always fails uses all 4 attempts within seconds
+    dev = processes.spawn(db_url, "--no-demo", command="dev", env={
+        "SKIPLOCK_DEV_API_PORT": 0, "SKIPLOCK_WEBHOOK_MAX_ATTEMPTS": 4,
+        "SKIPLOCK_WEBHOOK_RETRY_BASE_SECONDS": 0.05, "SKIPLOCK_WEBHOOK_RETRY_CAP_SECONDS": 0.2})
     export, enqueue, curl = wait_for(lambda: re.search(r"in another terminal:\n(    .*\n){3}", dev.log())
                                      and second_terminal(dev.log()), 60, message="the banner")
     assert export.startswith("export SKIPLOCK_DATABASE_URL=") and curl.startswith("curl ")
@@ -113,22 +143,33 @@ def test_the_banner_commands_work_in_a_second_terminal(db_url, db, processes, re
 
     # a webhook receiver on this machine, added from the second terminal, gets dev's deliveries
     receiver.expect_request("/hook", method="POST").respond_with_data("ok")
-    hook = f"http://127.0.0.1:{receiver.port}/hook"
-    added = shell(tmp_path, export, f"{program} webhooks add {hook} --events task.completed")
-    assert added.returncode == 0, added.stderr
-    assert added.stdout.startswith("id: ")
+    receiver.expect_request("/down", method="POST").respond_with_data("down", status=500)
+    for path in ("hook", "down"):
+        added = shell(tmp_path, export, f"{program} webhooks add http://127.0.0.1:{receiver.port}/{path} "
+                                        "--events task.completed")
+        assert added.returncode == 0, added.stderr
+        assert added.stdout.startswith("id: ")
     second = shell(tmp_path, export, enqueue)
     assert second.returncode == 0, second.stderr
     second_id = second.stdout.strip()
 
     def delivered() -> list:
-        return [json.loads(request.get_data()) for request, _ in receiver.log]
+        return [json.loads(request.get_data()) for request, _ in receiver.log if request.path == "/hook"]
 
     bodies = wait_for(delivered, 30, message="a delivery to the local receiver")
     assert len(bodies) == 1 and second_id in json.dumps(bodies[0]), bodies
     assert "task.completed" in json.dumps(bodies[0])
     wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.webhook_deliveries WHERE state = 'delivered'") == 1,
              10, message="the delivery recorded as delivered")
+    wait_for(lambda: scalar(db, "SELECT attempts FROM skiplock.webhook_deliveries WHERE state = 'dead'") == 4,
+             30, message="the failing receiver's delivery dead after 4 attempts")
+    # 5 attempts, and the terminal has one line for them: the dead letter (the rest is at DEBUG),
+    # and the progress line counts them
+    attempt_lines = re.findall(r'"msg": "delivery (\w+)"', dev.log())
+    assert attempt_lines == ["dead"], attempt_lines
+    wait_for(lambda: re.search(r"^\[skiplock dev\] .* · webhooks delivered 1, retried 3, dead 1$", dev.log(), re.M),
+             10, message="the progress line's webhook counts")
+    assert python_warnings(dev.log()) == []
 
     dev.signal(signal.SIGINT)
     code, _ = wait_exit(dev, 40)

@@ -121,7 +121,7 @@ class ProcessGroup:
         self._logdir.mkdir(parents=True, exist_ok=True)
 
     def spawn(self, db_url: str, *args: str, tasks: str = "tests.support.handlers", env: dict | None = None,
-              command: str = "worker") -> Proc:
+              command: str = "worker", cwd: Path = ROOT) -> Proc:
         port = free_port()
         full_env = {
             **child_environment(),
@@ -137,7 +137,7 @@ class ProcessGroup:
         log_path = self._logdir / f"{command}-{len(self.procs)}-{time.monotonic_ns()}.log"
         with open(log_path, "wb") as out:
             popen = subprocess.Popen([sys.executable, "-m", "skiplock.cli", command, *args], env=full_env,
-                                     stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+                                     stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
         proc = Proc(popen, port, log_path)
         self.procs.append(proc)
         return proc

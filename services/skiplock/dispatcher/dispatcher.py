@@ -218,9 +218,13 @@ class Sender:
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings | DispatcherSettings, store: Store, metrics: Metrics | None = None, stop: Stop | None = None):
+    def __init__(self, settings: Settings | DispatcherSettings, store: Store, metrics: Metrics | None = None,
+                 stop: Stop | None = None, *, log_attempts: bool = True):
         # the dispatcher's variables, and no other (engine/settings: each Variable names its roles)
         self.settings = settings = DispatcherSettings.of(settings)
+        # False (`skiplock dev`, where the log is a terminal): an attempt that delivers or will be
+        # retried is logged at DEBUG; a delivery's end (dead, gone) is still a warning
+        self.log_attempts = log_attempts
         self.store = store
         self.metrics = metrics or Metrics()
         self.stop = stop or Stop()
@@ -240,6 +244,10 @@ class Dispatcher:
 
     def ready(self) -> bool:
         return self._healthy and not self.stop.is_set()
+
+    def outcomes(self) -> dict[str, int]:
+        """Attempts settled so far, by outcome: a copy, for another thread to read."""
+        return dict(self.counts)
 
     # -- one unit of work, for tests and for the loop
     def run_once(self) -> dict[str, int]:
@@ -352,6 +360,8 @@ class Dispatcher:
                              "outcome": "dead" if outcome == "gone" else outcome,
                              "status": attempt.status, "error": attempt.error, "delay": delay})
             level = logging.INFO if outcome == "delivered" else logging.WARNING
+            if not self.log_attempts and outcome in ("delivered", "retry"):
+                level = logging.DEBUG
             log.log(level, f"delivery {outcome}", extra={
                 "delivery_id": str(d.id), "event_id": str(d.event_id), "endpoint_id": str(d.endpoint_id),
                 "attempt": number, "status": attempt.status, "error": attempt.error,
