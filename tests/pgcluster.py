@@ -45,6 +45,7 @@ import psycopg
 __all__ = [
     "ENV_VAR",
     "LOCAL_URL",
+    "free_port",
     "ThrowawayCluster",
     "ensure_server",
     "find_server_url",
@@ -184,10 +185,39 @@ def _resolve_bindir(binaries: str | os.PathLike[str]) -> Path:
 # process helpers
 
 
-def _pick_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# Ports for the servers tests start: below the kernel's ephemeral range (32768 and up on Linux), so
+# that no outgoing connection takes one between its pick and the server's bind, and one slice per
+# pytest-xdist worker, so that two workers never pick the same one. A port the kernel gives for
+# bind(0) is only free at that moment: two processes may be given the same one, and a server that
+# then fails to bind leaves its test talking to another test's server on that port.
+_PORTS_FIRST, _PORTS_END = 20000, 32768
+_PORTS_SLICES = 16
+_ports_next: list[int] = []
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % _PORTS_SLICES if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = (_PORTS_END - _PORTS_FIRST) // _PORTS_SLICES
+    return range(_PORTS_FIRST + index * size, _PORTS_FIRST + (index + 1) * size)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on, from this process's slice, in turn (a port
+    just released is not handed out again until the slice comes round)."""
+    ports = _port_slice()
+    if not _ports_next:
+        _ports_next.append(ports.start + os.getpid() % len(ports))
+    for _ in range(len(ports)):
+        port = _ports_next[0]
+        _ports_next[0] = ports.start + (port + 1 - ports.start) % len(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def _proc_state(pid: int) -> str | None:
@@ -287,7 +317,7 @@ class ThrowawayCluster:
         os_user: str = "postgres",
     ) -> None:
         self._auto_port = port is None
-        self.port: int = port if port is not None else _pick_free_port()
+        self.port: int = port if port is not None else free_port()
         self.bindir: Path = _resolve_bindir(binaries)
         self.settings: dict[str, Any] = {**FAST_SETTINGS, **(settings or {})}
         self._os_user = os_user
@@ -456,7 +486,7 @@ class ThrowawayCluster:
                 break
             port_clash = "could not bind" in self.log_tail() or "in use" in self.log_tail()
             if self._auto_port and port_clash and attempt < 2:
-                self.port = _pick_free_port()
+                self.port = free_port()
                 self._write_conf()
                 continue
             raise RuntimeError(

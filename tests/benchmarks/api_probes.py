@@ -31,17 +31,12 @@ from pathlib import Path
 
 import httpx
 
+from tests.pgcluster import free_port
 from tests.support.probes import p99, probe
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "bench-submitter-token"
 TOKENS = f"bench:submitter:{hashlib.sha256(TOKEN.encode()).hexdigest()}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(database_url: str, port: int, metrics_port: int, env: dict[str, str]) -> subprocess.Popen:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from tests.pgcluster import free_port  # noqa: F401  (the tests' one way to pick a port)
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_PREFIX = "SKIPLOCK_"
@@ -60,12 +61,6 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, message: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {value!r})")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float]:
