@@ -214,14 +214,16 @@ def test_a_thousand_sleeps_hold_no_slot_and_wake_on_time(db_url, db, processes):
 def test_a_worker_restarted_while_its_tasks_sleep_changes_nothing(db_url, db, processes):
     first = processes.spawn(db_url, "--concurrency", "10", tasks=HANDLERS, env=ENV)
     processes.wait_ready(first)
-    ids = skiplock.enqueue_many(db_url, "d.sleep", [{"seconds": 5}] * 200)
-    wait_for(lambda: states(db, ids) == {"waiting": 200}, 20, message="200 tasks asleep")
+    # long enough that the last of the 200 falls asleep before the first wakes on a loaded machine
+    # (5 s was not: its first sleepers woke, and the first worker ran their rest)
+    ids = skiplock.enqueue_many(db_url, "d.sleep", [{"seconds": 12}] * 200)
+    wait_for(lambda: states(db, ids) == {"waiting": 200}, 12, message="200 tasks asleep")
     first.signal(signal.SIGTERM)
     code, _ = wait_exit(first, 10)
     assert code == 0
     second = processes.spawn(db_url, "--concurrency", "10", tasks=HANDLERS, env=ENV)
     processes.wait_ready(second)
-    wait_for(lambda: all_final(db, ids), 30, message="every task final")
+    wait_for(lambda: all_final(db, ids), 45, message="every task final")
     assert states(db, ids) == {"completed": 200}
     assert db.execute("SELECT note, pid = %s, count(*) FROM public.executions GROUP BY 1, 2 ORDER BY 1",
                       (second.pid,)).fetchall() == [("after", True, 200), ("before", False, 200)]
