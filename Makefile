@@ -88,9 +88,11 @@ $(AXE_STAMP): tests/browser/package.json tests/browser/package-lock.json
 	npm ci --prefix tests/browser --no-audit --no-fund --silent
 	touch $@
 
-## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them)
+## tools: command-line tools and servers the tests call (scripts/install-test-tools lists them), and
+## Citus for tests/distributed (scripts/install-citus)
 tools:
 	@scripts/install-test-tools
+	@scripts/install-citus
 
 ## bench: side-by-side benchmark with PgQueuer, Procrastinate and a raw SKIP LOCKED loop, then the cost
 ## of flow control (a drain with and without limits), of a fan-in to its parents, and durable steps
