@@ -82,3 +82,16 @@ def test_make_chart_passes_values_and_sets_to_the_script():
                           cwd=r.ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "scripts/render_chart.py -f a.yaml -f b.yaml --set worker.replicas=3 --set api.enabled=false\n" in done.stdout
+
+
+def test_rendering_leaves_no_kube_or_helm_directory_behind(tmp_path):
+    # `make check` once left a .kube/ in the tree: Helm's engine writes nothing where it runs,
+    # nor in the home directory it is given
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    done = subprocess.run([sys.executable, str(SCRIPT)], cwd=work, capture_output=True, text=True, timeout=90,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in work.iterdir()) == []
+    assert sorted(p.name for p in home.iterdir()) == []
