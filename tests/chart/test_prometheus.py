@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import re
+import time
 import urllib.request
 
 import pytest
@@ -302,8 +303,12 @@ def test_prometheus_evaluates_every_query_against_the_live_services(deployment, 
     checked = {"keda": 0, "hpa": 0, "dashboard": 0, "alert selectors": 0}
 
     def check(group: str, where: str, expr: str) -> list[dict]:
+        # a rate() needs two scrapes of its series, and on a loaded machine a scrape can miss its
+        # 1 s timeout (a full suite once left the API's request rates empty): a while to show up
         checked[group] += 1
-        result = prometheus.query(expr)
+        deadline = time.monotonic() + 20
+        while not (result := prometheus.query(expr)) and time.monotonic() < deadline:
+            time.sleep(0.5)
         if not result:
             empty.append(f"{where}: {expr}")
         return result
