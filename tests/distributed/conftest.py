@@ -11,7 +11,7 @@ from tests.support.citus import CitusCluster, citus_missing
 from tests.support.harness import SUPPORT_SCHEMA
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def citus():
     missing = citus_missing()
     if missing:

@@ -10,8 +10,12 @@ and is not done yet: that section lists what Citus refused when it was tried."""
 
 from __future__ import annotations
 
+import pytest
+
 import skiplock
 from tests.support.harness import scalar, wait_for
+
+pytestmark = pytest.mark.xdist_group("citus")
 
 TASKS = 200
 

@@ -44,8 +44,8 @@ class CitusCluster:
         self.nodes = [ThrowawayCluster(settings=CITUS_SETTINGS) for _ in range(nodes)]
 
     @staticmethod
-    def _database_url(server: ThrowawayCluster) -> str:
-        return f"postgresql://postgres@127.0.0.1:{server.port}/{DATABASE}"
+    def _database_url(server: ThrowawayCluster, database: str = DATABASE) -> str:
+        return f"postgresql://postgres@127.0.0.1:{server.port}/{database}"
 
     @property
     def url(self) -> str:
@@ -58,15 +58,27 @@ class CitusCluster:
     def start(self) -> CitusCluster:
         for server in (self.coordinator, *self.nodes):
             server.start()
+        self.create_database(DATABASE)
+        return self
+
+    def create_database(self, database: str) -> str:
+        """A database on every node with the citus extension, the worker nodes added to its
+        metadata (Citus keeps a cluster's metadata per database); the coordinator's URL of it."""
+        for server in (self.coordinator, *self.nodes):
             with psycopg.connect(server.url, autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {DATABASE}")
-            with psycopg.connect(self._database_url(server), autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {database}")
+            with psycopg.connect(self._database_url(server, database), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION citus")
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        url = self._database_url(self.coordinator, database)
+        with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (self.coordinator.port,))
             for node in self.nodes:
                 conn.execute("SELECT citus_add_node('127.0.0.1', %s)", (node.port,))
-        return self
+        return url
+
+    def node_url(self, port: int, database: str = DATABASE) -> str:
+        """A worker node's own URL of `database` (to read its shards)."""
+        return f"postgresql://postgres@127.0.0.1:{port}/{database}"
 
     def node_of_port(self, port: int) -> ThrowawayCluster:
         return next(node for node in self.nodes if node.port == port)

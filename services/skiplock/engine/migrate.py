@@ -18,8 +18,10 @@ from pathlib import Path
 import psycopg
 
 from .errors import ConfigError, DatabaseUnavailable, MigrationError
+from . import queries
 from .queries import qualify
 from .store import connect
+from .store.database import tasks_distributed
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Arbitrary constant shared by every skiplock migrator; combined with the schema name.
@@ -170,3 +172,58 @@ def apply(url: str, schema: str = "skiplock") -> list[Migration]:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
     return done
+
+# -- the distributed placement on Citus: where the tables live (`skiplock migrate --distributed`)
+# On one Postgres every table is local (on a Citus coordinator too); distributed, what grows with
+# the work is spread over the worker nodes by queue. The placement is the database's own fact
+# (Citus's catalog says whether `tasks` is distributed), read by the store when it opens
+# (Database.distributed), so every process agrees with the schema it finds. Applying it runs
+# engine/sql/placement.sql's statements after the migrations, under the migrators' lock;
+# applying it again does nothing.
+
+# small, read by routed statements (a claim reads the pauses and limits), written rarely: a copy on
+# every node. Their writes are two-phase commits across the nodes.
+_REFERENCE_TABLES = ("pauses", "limits", "limit_groups", "queue_kinds", "schedules", "schedule_fires", "workers",
+                    "webhook_endpoints", "signals", "audit_log", "console_sessions_ended",
+                    "console_token_sign_outs", "auth_failures")
+_KEY_CHANGES = ("placement_drop_triggers", "placement_drop_dependency_keys", "placement_task_keys",
+                "placement_functions")
+# distributed by queue next to their tasks, each with the rest of its primary key
+_COLOCATED_KEYS = {"task_events": "task_id, seq", "task_steps": "task_id, position"}
+
+
+def distribute(url: str, schema: str = "skiplock") -> bool:
+    """Apply the distributed placement to a migrated schema; False when it was applied before.
+    Raises MigrationError, in one line, on a database without Citus or a step Citus refuses."""
+    sql = queries.load(schema)
+    with connect(url) as conn:
+        if not conn.execute(sql["placement_citus_installed"]).fetchone()[0]:
+            raise MigrationError("--distributed needs the citus extension in this database: CREATE EXTENSION citus "
+                                 "here and on every worker node, and add the nodes (citus_add_node), first")
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+        try:
+            if tasks_distributed(conn, sql):
+                return False
+            step = "placement_keys_changed"
+            try:
+                if not conn.execute(sql[step]).fetchone()[0]:
+                    with conn.transaction():
+                        for step in _KEY_CHANGES:
+                            conn.execute(sql[step])
+                        step = "placement_queue_column"
+                        for table, key in _COLOCATED_KEYS.items():
+                            conn.execute(sql[step].format(table=table, key=key))
+                # each table once: a placement cut off halfway is resumed where it stopped
+                for step, tables in (("placement_reference_tables", _REFERENCE_TABLES),
+                                     ("placement_distribute_tasks", ("tasks",)),
+                                     ("placement_distribute_colocated", tuple(_COLOCATED_KEYS))):
+                    for table in tables:
+                        name = {"table": f"{schema}.{table}"}
+                        if not conn.execute(sql["placement_table_distributed"], name).fetchone()[0]:
+                            conn.execute(sql[step], name)
+            except psycopg.Error as exc:
+                raise MigrationError(f"the distributed placement failed at {step}: "
+                                     f"{' '.join(str(exc).split())}") from exc
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+    return True

@@ -226,6 +226,8 @@ class Settlement(NamedTuple):
     awaited_signal: str | None = None
     waiting_on_add: int | None = None
     ready: bool | None = None
+    # the claim's queue: on the distributed placement a settle is routed by it (store/routed.py)
+    queue: str | None = None
 
 
 # What task_settle and task_heartbeat answer for a claim whose row another transaction held: they

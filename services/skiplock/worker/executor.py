@@ -125,7 +125,8 @@ def settlement(run: Run, outcome: str, **fields) -> Settlement:
     definition = run.definition
     return Settlement(task_id=run.task.id, lease_token=run.task.lease_token, outcome=outcome,
                       deadline_seconds=definition.retry.deadline if definition else None,
-                      kind_max_attempts=definition.max_attempts if definition else None, **fields)
+                      kind_max_attempts=definition.max_attempts if definition else None, queue=run.task.queue,
+                      **fields)
 
 
 def retry_later(run: Run, error: str) -> Settlement:

@@ -103,7 +103,7 @@ class Keeper:
         if not runs:
             return 0
         try:
-            held = self.store.tasks.task_heartbeat([(r.task.id, r.task.lease_token) for r in runs],
+            held = self.store.tasks.task_heartbeat([(r.task.id, r.task.lease_token, r.task.queue) for r in runs],
                                                    self.lease_seconds)
         except DB_ERRORS as exc:
             self.claimer.database_unanswered()

@@ -17,15 +17,19 @@ INSERT INTO skiplock.tasks
 SELECT id, kind, queue, priority, payload, max_attempts,
        coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key,
        trace_context
-FROM unnest(
+FROM {{_task_insert_arrays}}
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: _task_insert_arrays
+-- the tasks to insert as rows of the parallel arrays (task_insert, routed_task_insert)
+unnest(
     %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
     %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
     %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[],
     %(trace_contexts)s::jsonb[]
 ) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key,
        trace_context)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
 
 -- name: task_insert_one
 -- task_insert for one task, with plain parameters.
@@ -504,13 +508,7 @@ settle_input AS (
         run_after = CASE WHEN d.new_state = 'queued'
                          THEN now() + coalesce(d.delay, 0) * interval '1 second'
                          ELSE t.run_after END,
-        result = CASE WHEN d.new_state = 'completed' THEN d.result ELSE t.result END,
-        last_error = coalesce(d.error, t.last_error),
-        cursor = CASE WHEN d.outcome = 'step' THEN d.cursor ELSE t.cursor END,
-        progress = CASE WHEN d.outcome = 'step' THEN d.progress
-                        WHEN d.new_state = 'completed' THEN 1
-                        ELSE t.progress END,
-        message = coalesce(d.message, t.message),
+        {{_settle_written_fields}},
         suspended = CASE WHEN d.new_state = 'waiting' THEN d.suspended END,
         wake_at = CASE WHEN d.new_state = 'waiting' THEN d.wake_at END,
         awaited_signal = CASE WHEN d.new_state = 'waiting' THEN d.awaited_signal END,
@@ -549,6 +547,16 @@ settle_input AS (
                          'waiting', CASE WHEN outcome = 'suspend' THEN state = 'waiting' END)) END
     FROM settled
 )
+
+-- name: _settle_written_fields
+-- what an outcome writes besides its state, attempts and times (task_settle, routed_task_settle)
+result = CASE WHEN d.new_state = 'completed' THEN d.result ELSE t.result END,
+        last_error = coalesce(d.error, t.last_error),
+        cursor = CASE WHEN d.outcome = 'step' THEN d.cursor ELSE t.cursor END,
+        progress = CASE WHEN d.outcome = 'step' THEN d.progress
+                        WHEN d.new_state = 'completed' THEN 1
+                        ELSE t.progress END,
+        message = coalesce(d.message, t.message)
 
 -- name: task_settle
 -- {id: new state} of each outcome written; 'busy': another transaction held the row, write it again

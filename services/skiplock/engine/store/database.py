@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 import psycopg
@@ -30,6 +30,13 @@ log = logging.getLogger("skiplock.store")
 
 def _set_statement_timeout(milliseconds: int, conn: psycopg.Connection) -> None:
     conn.execute(f"SET statement_timeout = {int(milliseconds)}")
+
+
+def tasks_distributed(conn: psycopg.Connection, sql: Mapping[str, str]) -> bool:
+    """Whether the schema's tasks table is distributed by Citus (engine/migrate.py, distribute)."""
+    if not conn.execute(sql["placement_citus_catalog"]).fetchone()[0]:
+        return False
+    return bool(conn.execute(sql["placement_tasks_distributed"]).fetchone()[0])
 
 
 class Database:
@@ -75,6 +82,7 @@ class Database:
             reconnect_timeout=0, configure=configure, connection_class=answering, reset=bounded_again)
         self.claim_pool = self.outcome_pool = None
         self.exhausted: dict[str, int] = {}  # by pool name: borrowers that gave up (pool_stats)
+        self._distributed: bool | None = None  # read from the database when first asked (distributed)
         if worker_connections:
             self.claim_pool, self.outcome_pool = (
                 Pool(url, min_size=1, max_size=1, open=False, name=f"{name}-{use}", timeout=15,
@@ -91,7 +99,11 @@ class Database:
         worker starts (and after a reconnect, before the connection is lent), it is off the
         first claim's path. Behind a transaction pooler, neither: the settings would not stay
         with this connection, and the planning a warm-up saves is done again on every call."""
-        if self.pooler == "transaction":
+        if self._distributed is None:
+            self._distributed = tasks_distributed(conn, self.sql)
+        if self.pooler == "transaction" or self._distributed:
+            # on the distributed placement Citus plans each statement for the queue it names: a
+            # generic plan cannot be routed ("could not create distributed plan")
             if use == "claims":
                 conn.adapters.register_loader("jsonb", JsonbLoader)
             return
@@ -108,6 +120,16 @@ class Database:
             conn.execute(self.sql[statement], params)
         except psycopg.DatabaseError as exc:  # not fatal: the real statement will say what is wrong
             log.debug("warming up the %s connection failed", use, extra={"error": str(exc)})
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the schema's tasks are distributed over a Citus cluster (engine/migrate.py, distribute):
+        the store then runs store/routed.py's statements. Read once; a placement is applied before
+        the roles start, never under them."""
+        if self._distributed is None:
+            with self.connection() as conn:
+                self._distributed = tasks_distributed(conn, self.sql)
+        return self._distributed
 
     def _pools(self) -> list[ConnectionPool]:
         return [p for p in (self.claim_pool, self.outcome_pool, self.pool) if p is not None]

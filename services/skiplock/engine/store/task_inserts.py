@@ -29,6 +29,7 @@ from .copy import COPY_THRESHOLD, copy_line, copy_pieces, pieces
 # _Query, _run, _run_async and _unit are named here too: signal_sends.py imports them from here
 from .plans import Plan, _Copy, _Idle, _Query, _RawJson, _run, _run_async, _unit  # noqa: F401
 from .plans import columns as _columns
+from . import routed
 from .unique_inserts import keyed_plan
 
 
@@ -140,28 +141,38 @@ def _copy_many_plan(template: TaskSpec, payloads: Sequence[Any], schema: str) ->
 # with neither, so enqueue refuses instead. Checked once per database and schema in a process
 # (migrations only go forward), in pg_catalog, which every role may read.
 _REQUIRED = ("0007", "tasks_inserted")
-_schema_ok: set[tuple] = set()
-_schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> schemas (quicker)
+_schema_ok: dict[tuple, bool] = {}  # (host, port, database, schema) -> whether its tasks are distributed
+_schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {schema: distributed}
 
 
-def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str, write: Plan) -> Plan:
-    """`write`, after checking once that `schema` has the tasks table and its trigger."""
-    if schema not in _schema_ok_on.get(conn, ()):
+def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str, write: "TaskWrite") -> Plan:
+    """`write`'s plan, after checking once that `schema` has the tasks table and its trigger, or
+    the distributed placement (whose statements write what the trigger writes: store/routed.py)."""
+    distributed = _schema_ok_on.get(conn, {}).get(schema)
+    if distributed is None:
         info = conn.info
         key = (info.host, info.port, info.dbname, schema)
-        if key not in _schema_ok:
+        distributed = _schema_ok.get(key)
+        if distributed is None:
+            sql = queries.load(schema)
             [(tasks, trigger)] = yield _Query(
                 "SELECT to_regclass(%(tasks)s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_trigger "
                 "WHERE tgrelid = to_regclass(%(tasks)s) AND tgname = %(trigger)s)",
                 {"tasks": f"{schema}.tasks", "trigger": _REQUIRED[1]})
             if not tasks:
                 raise MigrationError(f"the skiplock schema is missing (no table {schema}.tasks): run `skiplock migrate`")
+            distributed = False
             if not trigger:
-                raise MigrationError(f"database schema {schema!r} lacks migration {_REQUIRED[0]}, which this version "
-                                     "of skiplock enqueues into: run `skiplock migrate`, then upgrade the enqueuers")
-            _schema_ok.add(key)
-        _schema_ok_on.setdefault(conn, set()).add(schema)
-    return (yield from write)
+                [(citus,)] = yield _Query(sql["placement_citus_catalog"], {})
+                if citus:
+                    [(distributed,)] = yield _Query(sql["placement_tasks_distributed"], {})
+                if not distributed:
+                    raise MigrationError(f"database schema {schema!r} lacks migration {_REQUIRED[0]}, which this "
+                                         "version of skiplock enqueues into: run `skiplock migrate`, then upgrade "
+                                         "the enqueuers")
+            _schema_ok[key] = distributed
+        _schema_ok_on.setdefault(conn, {})[schema] = distributed
+    return (yield from (write.routed_plan(schema) if distributed else write.plan(schema)))
 
 
 class TaskWrite(NamedTuple):
@@ -175,16 +186,25 @@ class TaskWrite(NamedTuple):
             return _copy_many_plan(self.template, self.payloads, schema)
         return _insert_plan(self.specs, schema)
 
+    def routed_plan(self, schema: str) -> Plan:
+        """The plan on the distributed placement (store/routed.py)."""
+        specs = routed.specs_of(self.template, self.payloads) if self.template is not None else self.specs
+        return routed.insert_plan(specs, queries.load(schema), schema)
+
 
 # -- the doors
 
 def schema_check(conn: psycopg.Connection, schema: str) -> None:
     """MigrationError unless `schema` has the tasks table and its trigger (checked once)."""
-    _run(conn, _checked_plan(conn, schema, _insert_plan((), schema)))
+    _run(conn, _checked_plan(conn, schema, TaskWrite()))
 
 
-def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock") -> list[uuid.UUID]:
-    """Insert tasks on `conn`, in whatever transaction it is in (see _insert_plan)."""
+def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str = "skiplock",
+                distributed: bool = False) -> list[uuid.UUID]:
+    """Insert tasks on `conn`, in whatever transaction it is in (see _insert_plan; `distributed`:
+    the placement's plan, store/routed.py)."""
+    if distributed:
+        return _run(conn, routed.insert_plan(specs, queries.load(schema), schema))
     return _run(conn, _insert_plan(specs, schema))
 
 
@@ -196,9 +216,9 @@ def copy_many(conn: psycopg.Connection, template: TaskSpec, payloads: Sequence[A
 
 def tasks_write(conn: psycopg.Connection, write: TaskWrite, schema: str) -> list[uuid.UUID]:
     """skiplock.enqueue's write: `write` on the caller's connection, the schema checked first."""
-    return _run(conn, _checked_plan(conn, schema, write.plan(schema)))
+    return _run(conn, _checked_plan(conn, schema, write))
 
 
 async def tasks_write_async(conn: psycopg.AsyncConnection, write: TaskWrite, schema: str) -> list[uuid.UUID]:
     """skiplock.enqueue_async's write: the same plan as tasks_write, on an AsyncConnection."""
-    return await _run_async(conn, _checked_plan(conn, schema, write.plan(schema)))
+    return await _run_async(conn, _checked_plan(conn, schema, write))

@@ -22,6 +22,7 @@ from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim,
 from .. import queries
 from .connection import jsonb
 from .database import Database
+from .routed import RoutedTasks
 from .rows import rows_and_summary
 from .task_inserts import task_insert
 from .translation import translated_errors
@@ -29,7 +30,8 @@ from .translation import translated_errors
 _SETTLEMENT_OPTIONAL = ("result", "error", "delay", "cursor", "progress", "message", "deadline_seconds",
                         "kind_max_attempts", "traceback", "suspended", "wake_at", "awaited_signal",
                         "waiting_on_add", "ready")
-assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:]  # settle_params reads them by position
+# settle_params reads them by position; the last field, the queue, routes (store/routed.py)
+assert _SETTLEMENT_OPTIONAL == Settlement._fields[3:-1] and Settlement._fields[-1] == "queue"
 _NO_OPTIONALS = (None,) * len(_SETTLEMENT_OPTIONAL)
 
 
@@ -65,8 +67,8 @@ def settle_params(settlements: Sequence[Settlement]) -> dict:
     for s in settlements:
         # the id as 32 hex digits (a third of str()'s cost; Postgres reads it as a uuid)
         row = {"id": s.task_id.hex, "token": s.lease_token, "outcome": s.outcome}
-        if s[3:] != _NO_OPTIONALS:  # the common completion, with no result, has none
-            for name, value in zip(optional, s[3:]):  # the fields after outcome, in order
+        if s[3:-1] != _NO_OPTIONALS:  # the common completion, with no result, has none
+            for name, value in zip(optional, s[3:-1]):  # the fields after outcome, in order
                 if value is not None:
                     row[name] = value
         rows.append(row)
@@ -96,12 +98,13 @@ class TaskStore:
     def __init__(self, db: Database, store_on: Callable[[Database], Any]):
         self.db = db
         self._store_on = store_on  # the facade over a transaction's database, for `last` of _many
+        self._routed = RoutedTasks(db)  # the worker's statements on the distributed placement
 
     # -- enqueue
     def task_insert(self, specs: Sequence[TaskSpec]) -> list[uuid.UUID]:
         """Insert tasks in one transaction (the caller's, on a transaction's store); see task_insert()."""
         with self.db.unit() as conn:
-            return task_insert(conn, specs, self.db.schema)
+            return task_insert(conn, specs, self.db.schema, self.db.distributed)
 
     def task_submitted(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple]:
         """{id: (request_hash, inserted by this transaction, kind, queue, priority, payload,
@@ -123,7 +126,10 @@ class TaskStore:
         has worker connections), parking those of limited kinds (up to `park_limit` more rows
         are read for that). A claimed task without max_attempts of its own gets its kind's from
         `kind_max_attempts` ({kind: max_attempts}). `lanes` (0: no bound): a queue whose that many
-        claim lanes are all held by other claims is left out (Claim.crowded counts them)."""
+        claim lanes are all held by other claims is left out (Claim.crowded counts them).
+        On the distributed placement: one queue after another (store/routed.py)."""
+        if self.db.distributed:
+            return self._routed.claim(queues, limit, owner, lease_seconds, kind_max_attempts)
         with self.db.connection(pool=self.db.claim_pool) as conn:
             cursor = conn.execute(self.db.sql["task_claim"], dict(
                 queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds, park_limit=park_limit,
@@ -149,13 +155,17 @@ class TaskStore:
             rows, summary = rows_and_summary("task_claim_limited", ClaimedTask, LimitedClaimSummary, cursor)
         return Claim(rows, limited_work=True, wake_in=summary.token_wait_seconds)
 
-    def task_heartbeat(self, leases: Iterable[tuple[uuid.UUID, int]], lease_seconds: float) -> dict[uuid.UUID, str]:
-        """Renew claims; returns {task id: state} for the claims still held ('busy': held, but
+    def task_heartbeat(self, leases: Iterable[tuple], lease_seconds: float) -> dict[uuid.UUID, str]:
+        """Renew claims, each (task id, lease token, queue; the queue routes it on the distributed
+        placement); returns {task id: state} for the claims still held ('busy': held, but
         another transaction had the row for the moment, so not renewed this time)."""
         leases = list(leases)
         if not leases:
             return {}
-        rows = self.db.fetch("task_heartbeat", dict(ids=[i for i, _ in leases], tokens=[t for _, t in leases],
+        if self.db.distributed:
+            return self._routed.heartbeat(leases, lease_seconds)
+        rows = self.db.fetch("task_heartbeat", dict(ids=[lease[0] for lease in leases],
+                                                    tokens=[lease[1] for lease in leases],
                                                     lease_seconds=lease_seconds))
         return dict(rows)
 
@@ -168,6 +178,8 @@ class TaskStore:
         waited for): write it again."""
         if not settlements:
             return {}
+        if self.db.distributed:
+            return self._routed.settle(settlements, settle_params, conn)
         params = settle_params(settlements)
         if conn is not None:
             with translated_errors():
@@ -184,6 +196,8 @@ class TaskStore:
 
     def task_reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[ReclaimedTask]:
         """The reclaimer's unit of work: each claim it took back, with the state it left it in."""
+        if self.db.distributed:
+            return [ReclaimedTask(*row) for row in self._routed.reclaim_expired(max_reclaims, limit)]
         return self.db.fetch_as("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
                                                              channel=self.db.channel), ReclaimedTask)
 

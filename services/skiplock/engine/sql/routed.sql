@@ -1,0 +1,190 @@
+-- The task lifecycle on the distributed placement (placement.sql; engine/store/routed.py runs
+-- these). Each statement that writes names one queue, so Citus sends it whole to the worker node
+-- holding that queue's shard, where FOR UPDATE SKIP LOCKED works as on one Postgres. Where the
+-- statements of tasks.sql differ, it is for what Citus refuses (docs/SCALING.md, "What ran on
+-- Citus"):
+--   - a transition's event is written by a second statement of the same transaction (an INSERT
+--     fed by the UPDATE's RETURNING in one statement becomes several distributed subplans);
+--   - rows are found by (queue, id), never by ctid;
+--   - now() is never inside CASE or COALESCE: the transaction's time comes as %(now)s (now() is
+--     the transaction's start, so it is the same value), and a time plus seconds is
+--     seconds_after() (placement.sql);
+--   - the lease token is a counter per task (nextval() in an UPDATE of a distributed table is
+--     refused); the fence compares a task's token with its holder's, so per task is enough;
+--   - the wake-up pg_notify runs on the coordinator, where the roles listen.
+
+-- name: routed_task_insert
+-- task_insert with keys unique within their queue; each new task's queue and run_after (a
+-- parameter in RETURNING is not sent on to the worker node)
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     trace_context)
+SELECT id, kind, queue, priority, payload, max_attempts,
+       coalesce(run_at, %(now)s::timestamptz + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1,
+       concurrency_key, trace_context
+FROM {{_task_insert_arrays}}
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, queue, run_after;
+
+-- name: routed_task_queued_events
+-- the 'queued' event of each task just inserted (what the tasks_inserted trigger writes on one
+-- Postgres): an INSERT ... SELECT between colocated tables, run on each queue's shard
+INSERT INTO skiplock.task_events (queue, task_id, seq, type, attempt)
+SELECT t.queue, t.id, 1, 'queued', 0
+FROM skiplock.tasks AS t
+WHERE t.queue = ANY (%(queues)s::text[]) AND t.id = ANY (%(ids)s::uuid[]);
+
+-- name: routed_task_ids_by_idempotency_key
+SELECT queue, idempotency_key, id
+FROM skiplock.tasks
+WHERE queue = ANY (%(queues)s::text[]) AND idempotency_key = ANY (%(keys)s::text[]);
+
+-- name: routed_wake
+-- the roles' wake-up, on the coordinator: one notification per queue, at commit
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: routed_now
+SELECT now();
+
+-- name: routed_task_claim
+-- task_claim for one queue. Tasks of a kind with a limit are left where they are: limits do not
+-- run on this placement yet (docs/SCALING.md).
+WITH picked AS (
+    SELECT t.id
+    FROM skiplock.tasks AS t
+    WHERE t.queue = %(queue)s AND t.state = 'queued' AND NOT t.limited
+      AND t.run_after <= now()
+      AND t.kind NOT IN (SELECT name FROM skiplock.pauses WHERE scope = 'kind')
+      AND t.kind NOT IN (SELECT l.kind FROM skiplock.limits AS l)
+      AND NOT EXISTS (SELECT FROM skiplock.pauses WHERE scope = 'queue' AND name = %(queue)s)
+    ORDER BY t.priority DESC, t.run_after, t.id
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
+)
+UPDATE skiplock.tasks AS t
+SET state = 'running',
+    attempts = t.attempts + 1,
+    max_attempts = coalesce(t.max_attempts, (%(kind_max_attempts)s::jsonb ->> t.kind)::integer),
+    lease_token = coalesce(t.lease_token, 0) + 1,
+    lease_owner = %(owner)s,
+    lease_until = now() + %(lease_seconds)s * interval '1 second',
+    started_at = least(t.started_at, now()),  -- least() skips NULLs: the first claim's time
+    updated_at = now(),
+    event_seq = t.event_seq + 1
+FROM picked AS p
+WHERE t.queue = %(queue)s AND t.id = p.id AND t.state = 'queued'
+-- run_after, not the wait: Citus refuses now() in RETURNING (the store subtracts its %(now)s)
+RETURNING t.id, t.kind, t.queue, t.payload, t.attempts AS attempt, t.lease_token, t.cursor,
+          t.run_after AS waited_seconds, t.limited, t.trace_context;
+
+-- name: routed_task_claim_events
+INSERT INTO skiplock.task_events (queue, task_id, seq, type, lease_token, attempt, data)
+SELECT t.queue, t.id, t.event_seq, 'running', t.lease_token, t.attempts,
+       jsonb_build_object('owner', %(owner)s::text)
+FROM skiplock.tasks AS t
+WHERE t.queue = %(queue)s AND t.id = ANY (%(ids)s::uuid[]);
+
+-- name: routed_task_heartbeat
+-- task_heartbeat for one queue's claims. It waits for a row another transaction holds (a moment:
+-- the holder is a settle or a reclaim) instead of reporting it busy.
+UPDATE skiplock.tasks AS t
+SET lease_until = now() + %(lease_seconds)s * interval '1 second'
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
+WHERE t.queue = %(queue)s AND t.id = i.id AND t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+RETURNING t.id, t.state;
+
+-- name: routed_task_settle
+-- task_settle for one queue's outcomes: completed | failed | retry | step | released. A claim whose
+-- fence fails is left out of the result, as in task_settle. A suspension (durable execution) is
+-- not run on this placement yet: it fails its task with that reason.
+WITH settle_input AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(settlements)s::jsonb)
+        AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
+             progress real, message text, deadline_seconds float8, kind_max_attempts integer,
+             traceback text)
+), decided AS (
+    SELECT i.id, i.outcome, i.result, i.cursor, i.progress, i.message, i.delay, i.traceback,
+           CASE WHEN i.outcome = 'suspend'
+                THEN 'durable execution does not run on a distributed placement yet' ELSE i.error END AS error,
+           t.attempts AS attempt,
+           CASE
+               WHEN i.outcome = 'completed' THEN 'completed'
+               WHEN t.state = 'cancelling' THEN 'cancelled'
+               WHEN i.outcome IN ('failed', 'suspend') THEN 'failed'
+               WHEN i.outcome = 'retry' AND (
+                        t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
+                     OR skiplock.seconds_after(%(now)s::timestamptz, i.delay)
+                            > least(t.deadline, skiplock.seconds_after(t.created_at, i.deadline_seconds)))
+                   THEN 'failed'
+               ELSE 'queued'
+           END AS new_state
+    FROM settle_input AS i
+    JOIN skiplock.tasks AS t ON t.queue = %(queue)s AND t.id = i.id
+    WHERE t.lease_token = i.token AND t.state IN ('running', 'cancelling')
+    FOR UPDATE OF t
+)
+UPDATE skiplock.tasks AS t
+SET state = d.new_state,
+    attempts = CASE WHEN d.new_state <> 'queued' THEN t.attempts
+                    WHEN d.outcome = 'step' THEN 0
+                    WHEN d.outcome = 'released' THEN greatest(t.attempts - 1, 0)
+                    ELSE t.attempts END,
+    run_after = CASE WHEN d.new_state = 'queued'
+                     THEN skiplock.seconds_after(%(now)s::timestamptz, coalesce(d.delay, 0))
+                     ELSE t.run_after END,
+    {{_settle_written_fields}},
+    lease_owner = NULL,
+    lease_until = NULL,
+    finished_at = CASE WHEN d.new_state IN ('completed', 'failed', 'cancelled') THEN %(now)s::timestamptz END,
+    updated_at = %(now)s::timestamptz,
+    event_seq = t.event_seq + 1
+FROM decided AS d
+WHERE t.queue = %(queue)s AND t.id = d.id
+RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay, d.traceback;
+
+-- name: routed_task_events
+-- the events of the transitions just written (settle, reclaim), given as one JSON array
+INSERT INTO skiplock.task_events (queue, task_id, seq, type, lease_token, attempt, data)
+SELECT %(queue)s, e.id, e.seq, e.type, e.lease_token, e.attempt, e.data
+FROM jsonb_to_recordset(%(events)s::jsonb)
+    AS e(id uuid, seq integer, type text, lease_token bigint, attempt integer, data jsonb);
+
+-- name: routed_expired_queues
+-- the queues with a claim whose lease ran out (a read of every shard)
+SELECT DISTINCT queue FROM skiplock.tasks WHERE state IN ('running', 'cancelling') AND lease_until < now();
+
+-- name: routed_task_reclaim_expired
+-- task_reclaim_expired for one queue
+WITH expired AS (
+    SELECT id
+    FROM skiplock.tasks
+    WHERE queue = %(queue)s AND state IN ('running', 'cancelling') AND lease_until < %(now)s::timestamptz
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.tasks AS t
+SET state = CASE
+                WHEN t.state = 'cancelling' THEN 'cancelled'
+                WHEN t.reclaims >= %(max_reclaims)s OR t.deadline < %(now)s::timestamptz THEN 'failed'
+                ELSE 'queued'
+            END,
+    reclaims = t.reclaims + (t.state = 'running')::integer,
+    attempts = CASE WHEN t.state = 'running' AND t.reclaims < %(max_reclaims)s
+                         AND (t.deadline IS NULL OR t.deadline >= %(now)s::timestamptz)
+                    THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+    last_error = CASE
+                     WHEN t.state = 'cancelling' THEN t.last_error
+                     ELSE 'lease of ' || t.lease_owner || ' expired (reclaim ' || (t.reclaims + 1)::text || ')'
+                 END,
+    run_after = %(now)s::timestamptz,
+    lease_owner = NULL,
+    lease_until = NULL,
+    finished_at = CASE WHEN t.state = 'cancelling' OR t.reclaims >= %(max_reclaims)s
+                            OR t.deadline < %(now)s::timestamptz THEN %(now)s::timestamptz END,
+    updated_at = %(now)s::timestamptz,
+    event_seq = t.event_seq + 1
+FROM expired
+WHERE t.queue = %(queue)s AND t.id = expired.id
+RETURNING t.id, t.queue, t.state, t.kind, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error;

@@ -1,0 +1,171 @@
+"""The task lifecycle on the distributed placement (Citus; engine/migrate.py, distribute): the statements of
+engine/sql/routed.sql, one queue at a time. TaskStore and the enqueue's plans call these when the
+database says its tasks are distributed (Database.distributed); on one Postgres nothing here runs.
+
+A worker of several queues claims each in turn, in the order it lists them, until its free slots
+are taken: priority orders the tasks within a queue, not across queues. Claim lanes and limits
+do not apply here (docs/SCALING.md).
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import nullcontext
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ..errors import InvalidInput
+from ..ids import TaskId, existing_id, uuid7
+from ..model import Claim, ClaimedTask, Settlement, TaskSpec
+from .connection import jsonb
+from .database import Database
+from .plans import Plan, _Query
+from .plans import columns as _columns
+from .rows import rows_as
+
+_UNSUPPORTED = (("unique", "unique windows"), ("debounce", "debounce"), ("depends_on", "depends_on"))
+
+
+def _event_type(state: str, outcome: str) -> str:
+    """The event a settle's transition writes (as task_settle's settle_events names it)."""
+    if state != "queued":
+        return state
+    return {"retry": "retrying", "step": "checkpoint"}.get(outcome, "released")
+
+
+def _settle_event(row: tuple) -> dict:
+    task_id, state, seq, token, attempt, outcome, error, delay, traceback = row
+    data = None
+    if error is not None or outcome != "completed":
+        data = {k: v for k, v in (("outcome", outcome), ("error", error), ("traceback", traceback),
+                                  ("delay", delay if state == "queued" else None)) if v is not None}
+    return {"id": task_id.hex, "seq": seq, "type": _event_type(state, outcome), "lease_token": token,
+            "attempt": attempt, "data": data}
+
+
+def _by_queue(items: Iterable, queue_of) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for item in items:
+        grouped.setdefault(queue_of(item), []).append(item)
+    return grouped
+
+
+class RoutedTasks:
+    """The worker's and the reclaim's statements, each run on one queue's shard."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
+              kind_max_attempts: Mapping[str, int] | None) -> Claim:
+        claimed: list[ClaimedTask] = []
+        with self.db.connection(pool=self.db.claim_pool) as conn:
+            for queue in queues:
+                if len(claimed) >= limit:
+                    break
+                with conn.transaction():
+                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                    rows = [row._replace(waited_seconds=(now - row.waited_seconds).total_seconds())
+                            for row in rows_as("routed_task_claim", ClaimedTask, conn.execute(
+                                self.db.sql["routed_task_claim"], dict(
+                                    queue=queue, limit=limit - len(claimed), owner=owner,
+                                    lease_seconds=lease_seconds, kind_max_attempts=jsonb(kind_max_attempts))))]
+                    if rows:
+                        conn.execute(self.db.sql["routed_task_claim_events"],
+                                     dict(queue=queue, owner=owner, ids=[r.id for r in rows]))
+                claimed.extend(rows)
+        return Claim(claimed)
+
+    def heartbeat(self, leases: Sequence[tuple[uuid.UUID, int, str]], lease_seconds: float) -> dict[uuid.UUID, str]:
+        held: dict[uuid.UUID, str] = {}
+        with self.db.connection() as conn:
+            for queue, group in _by_queue(leases, lambda lease: lease[2]).items():
+                rows = conn.execute(self.db.sql["routed_task_heartbeat"], dict(
+                    queue=queue, ids=[i for i, _, _ in group], tokens=[t for _, t, _ in group],
+                    lease_seconds=lease_seconds)).fetchall()
+                held.update(rows)
+        return held
+
+    def settle(self, settlements: Sequence[Settlement], params_of, conn=None) -> dict[uuid.UUID, str]:
+        """Each queue's outcomes in a transaction of their own (a savepoint of `conn`'s, the
+        handler's own transaction, when given): the transitions, then their events."""
+        applied: dict[uuid.UUID, str] = {}
+        lent = nullcontext(conn) if conn is not None else self.db.connection(pool=self.db.outcome_pool)
+        with lent as conn:
+            for queue, group in _by_queue(settlements, lambda s: s.queue).items():
+                if queue is None:
+                    raise InvalidInput("a settlement on the distributed placement names its task's queue")
+                with conn.transaction():
+                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                    rows = conn.execute(self.db.sql["routed_task_settle"],
+                                        dict(params_of(group), queue=queue, now=now)).fetchall()
+                    if rows:
+                        conn.execute(self.db.sql["routed_task_events"],
+                                     dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
+                applied.update((r[0], r[1]) for r in rows)
+        return applied
+
+    def reclaim_expired(self, max_reclaims: int, limit: int) -> list[tuple]:
+        """Each queue with expired claims, in a transaction of its own; the wake-up on the
+        coordinator. Rows as task_reclaim_expired's: (id, queue, state, kind, attempts, error)."""
+        reclaimed: list[tuple] = []
+        with self.db.connection() as conn:
+            queues = [q for (q,) in conn.execute(self.db.sql["routed_expired_queues"]).fetchall()]
+            for queue in queues:
+                with conn.transaction():
+                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                    rows = conn.execute(self.db.sql["routed_task_reclaim_expired"], dict(
+                        queue=queue, now=now, limit=limit, max_reclaims=max_reclaims)).fetchall()
+                    if not rows:
+                        continue
+                    events = [{"id": r[0].hex, "seq": r[4], "type": "reclaimed" if r[2] == "queued" else r[2],
+                               "lease_token": r[5], "attempt": r[6],
+                               "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}} for r in rows]
+                    conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
+                    if any(r[2] == "queued" for r in rows):
+                        conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
+                reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
+        return reclaimed
+
+
+def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
+    """_insert_plan on the distributed placement: plain tasks and idempotency keys (unique within
+    their queue); their queued events and the wake-up written by the plan's own statements."""
+    if not specs:
+        return []
+    for attribute, what in _UNSUPPORTED:
+        if any(getattr(s, attribute) for s in specs):
+            raise InvalidInput(f"{what} do not run on a distributed (Citus) placement yet")
+    ids = uuid7.many(len(specs), TaskId)
+    [(now,)] = yield _Query(sql["routed_now"], {})
+    inserted = (yield _Query(sql["routed_task_insert"], dict(_columns(specs, ids), now=now)))
+    new = {task_id for task_id, _, _ in inserted}
+    if new:
+        yield _Query(sql["routed_task_queued_events"],
+                     {"queues": sorted({q for _, q, _ in inserted}), "ids": sorted(new)})
+        due = sorted({q for _, q, run_after in inserted if run_after <= now})
+        if due:
+            yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": due})
+    keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in new]
+    if keyed:
+        found = {(q, k): i for q, k, i in (yield _Query(sql["routed_task_ids_by_idempotency_key"], {
+            "queues": sorted({specs[i].queue for i in keyed}),
+            "keys": sorted({specs[i].idempotency_key for i in keyed})}))}
+        for i in keyed:
+            owner = found.get((specs[i].queue, specs[i].idempotency_key))
+            if owner is None:  # a key taken twice in this call: the first of them was inserted
+                owner = next(ids[j] for j in range(i) if ids[j] in new and specs[j].queue == specs[i].queue
+                             and specs[j].idempotency_key == specs[i].idempotency_key)
+            ids[i] = existing_id(owner)
+    return ids
+
+
+def specs_of(template: TaskSpec, payloads: Sequence[Any]) -> list[TaskSpec]:
+    """enqueue_many's template and payloads as one spec each (the placement writes no COPY)."""
+    return [TaskSpec(template.kind, payload, queue=template.queue, priority=template.priority,
+                     max_attempts=template.max_attempts, max_payload_bytes=template.max_payload_bytes,
+                     concurrency_key=template.concurrency_key) for payload in payloads]
+
+

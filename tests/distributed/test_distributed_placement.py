@@ -1,0 +1,186 @@
+"""skiplock with its tables distributed by queue over two Citus worker nodes
+(`skiplock migrate --distributed`, engine/sql/placement.sql and routed.sql): the placement as Citus
+records it, queues landing on both nodes, the seed scenario through real worker processes with
+each node's queues claimed on that node's shards, stale writes refused after a reclaim, and
+idempotency keys under concurrent enqueues. What does not run on this placement yet is refused in
+one line (docs/SCALING.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+import skiplock
+from skiplock.engine.model import Settlement
+from skiplock.engine.store import Store
+from tests.support.harness import ROOT, SUPPORT_SCHEMA, child_environment, scalar, wait_for
+
+pytestmark = pytest.mark.xdist_group("citus")
+
+DATABASE = "skiplock_distributed"
+# the seed scenario's queues: hashed to shards on both worker nodes (asserted below)
+QUEUES = [f"q{i}" for i in range(8)]
+TASKS_PER_QUEUE = 25
+
+
+def migrate(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "skiplock.cli", "migrate", *args], capture_output=True, text=True,
+                          env=child_environment(SKIPLOCK_DATABASE_URL=url, PYTHONPATH=str(ROOT / "services")),
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def distributed(citus):
+    """A database of its own, migrated with --distributed, and the support tables (local to the
+    coordinator: the handlers record their executions there)."""
+    url = citus.create_database(DATABASE)
+    done = migrate(url, "--distributed")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "distributed by queue"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SUPPORT_SCHEMA)
+        yield url, conn
+
+
+def node_of_queue(conn: psycopg.Connection, queue: str) -> int:
+    """The port of the worker node holding `queue`'s shard of the tasks table."""
+    return scalar(conn, "SELECT nodeport FROM citus_shards WHERE shardid = "
+                        "get_shard_id_for_distribution_column('skiplock.tasks', %s::text)", (queue,))
+
+
+def test_the_placement_distributes_by_queue_and_makes_the_small_tables_reference_tables(citus, distributed):
+    url, db = distributed
+    kinds = dict(db.execute("SELECT table_name::text, citus_table_type FROM citus_tables "
+                            "WHERE table_name::text LIKE 'skiplock.%%'").fetchall())
+    assert {name for name, kind in kinds.items() if kind == "distributed"} == \
+        {"skiplock.tasks", "skiplock.task_events", "skiplock.task_steps"}
+    assert sum(1 for kind in kinds.values() if kind == "reference") == 13
+    # colocated: a queue's task, events and steps on one shard group
+    assert scalar(db, "SELECT count(DISTINCT colocation_id) FROM citus_tables WHERE table_name::text IN "
+                      "('skiplock.tasks', 'skiplock.task_events', 'skiplock.task_steps')") == 1
+    shards_per_node = dict(db.execute("SELECT nodeport, count(*) FROM citus_shards "
+                                      "WHERE table_name = 'skiplock.tasks'::regclass GROUP BY nodeport").fetchall())
+    assert sorted(shards_per_node) == sorted(node.port for node in citus.nodes)
+    assert len(set(shards_per_node.values())) == 1  # as many on each
+    again = migrate(url, "--distributed")
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "already distributed by queue"
+
+
+def test_distributed_on_a_postgres_without_citus_is_one_line(db_url):
+    done = migrate(db_url, "--distributed")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "skiplock migrate: --distributed needs the citus extension in this database: CREATE EXTENSION citus "
+        "here and on every worker node, and add the nodes (citus_add_node), first"]
+
+
+def test_the_seed_scenario_runs_each_task_once_with_each_nodes_queues_claimed_on_its_shards(
+        citus, distributed, processes):
+    url, db = distributed
+    db.execute("TRUNCATE public.executions")
+    nodes = {queue: node_of_queue(db, queue) for queue in QUEUES}
+    assert set(nodes.values()) == {node.port for node in citus.nodes}, nodes  # queues on both nodes
+    updates_before = {node.port: _shard_updates(citus, node.port) for node in citus.nodes}
+    ids = []
+    for queue in QUEUES:
+        ids += skiplock.enqueue_many(url, "t.record", [{"sleep": 0.01}] * TASKS_PER_QUEUE, queue=queue)
+    total = len(QUEUES) * TASKS_PER_QUEUE
+    assert len(set(ids)) == total
+    workers = [processes.spawn(url, "--concurrency", "4", "--queues", ",".join(QUEUES)) for _ in range(2)]
+    for worker in workers:
+        processes.wait_ready(worker)
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND state = 'completed'",
+                            (ids,)) == total, 90, message=f"{total} tasks completed")
+    assert scalar(db, "SELECT count(*) FROM public.executions") == total
+    assert scalar(db, "SELECT count(DISTINCT task_id) FROM public.executions") == total
+    events = dict(db.execute("SELECT type, count(*) FROM skiplock.task_events WHERE task_id = ANY(%s) GROUP BY type",
+                             (ids,)).fetchall())
+    assert events == {"queued": total, "running": total, "completed": total}
+    # each node holds its queues' tasks, and their claims and outcomes were written on its shards
+    for node in citus.nodes:
+        mine = [q for q, port in nodes.items() if port == node.port]
+        held = _node_tasks(citus, db, node.port)
+        assert {q: n for q, n in held.items() if q in QUEUES} == {q: TASKS_PER_QUEUE for q in mine}
+        # every task was updated twice on its node, the claim and the outcome (the node's backends
+        # report their statistics within seconds of going idle)
+        wait_for(lambda: _shard_updates(citus, node.port) - updates_before[node.port] >= 2 * TASKS_PER_QUEUE * len(mine),
+                 30, interval=0.5, message=f"node {node.port}'s shards updated by the claims and outcomes")
+    for worker in workers:
+        assert "could not" not in worker.log(), worker.log()[-2000:]
+
+
+def _node_tasks(citus, db: psycopg.Connection, port: int) -> dict[str, int]:
+    """{queue: tasks} as a worker node's own shards of the tasks table hold them (tasks_<shard id>)."""
+    shards = [f"skiplock.tasks_{shard}" for (shard,) in db.execute(
+        "SELECT shardid FROM citus_shards WHERE table_name = 'skiplock.tasks'::regclass AND nodeport = %s", (port,))]
+    union = " UNION ALL ".join(f"SELECT queue FROM {shard}" for shard in shards)
+    with psycopg.connect(citus.node_url(port, DATABASE), autocommit=True) as conn:
+        return dict(conn.execute(f"SELECT queue, count(*) FROM ({union}) AS rows GROUP BY queue").fetchall())
+
+
+def _shard_updates(citus, port: int) -> int:
+    """Rows updated in a worker node's shards of the tasks table, from the node's own statistics."""
+    with psycopg.connect(citus.node_url(port, DATABASE), autocommit=True) as conn:
+        conn.execute("SET citus.show_shards_for_app_name_prefixes = '*'")  # Citus hides shards otherwise
+        return scalar(conn, "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables "
+                            "WHERE schemaname = 'skiplock' AND relname ~ '^tasks_[0-9]+$'")
+
+
+def test_a_stale_outcome_after_a_reclaim_is_refused_and_the_new_claim_fences_it(distributed):
+    url, db = distributed
+    store = Store.pooled(url, max_size=2).open(wait=True)
+    try:
+        task_id = skiplock.enqueue(url, "t.record", {}, queue="fenced")
+        [first] = store.tasks.task_claim(["fenced"], 1, "zombie", 0.5)
+        time.sleep(1.0)
+        [reclaimed] = [r for r in store.tasks.task_reclaim_expired(max_reclaims=5) if r.id == task_id]
+        assert reclaimed.state == "queued"
+        [second] = store.tasks.task_claim(["fenced"], 1, "live", 30.0)
+        assert second.id == task_id and second.lease_token == first.lease_token + 1
+        # the zombie's heartbeat and outcome are refused; the live claim's stand
+        assert store.tasks.task_heartbeat([(task_id, first.lease_token, "fenced")], 30.0) == {}
+        stale = Settlement(task_id, first.lease_token, "completed", queue="fenced")
+        assert store.tasks.task_settle([stale]) == {}
+        assert store.tasks.task_settle([Settlement(task_id, second.lease_token, "failed", error="boom",
+                                                   queue="fenced")]) == {task_id: "failed"}
+        types = [t for (t,) in db.execute("SELECT type FROM skiplock.task_events WHERE task_id = %s ORDER BY seq",
+                                          (task_id,))]
+        assert types == ["queued", "running", "reclaimed", "running", "failed"]
+    finally:
+        store.close()
+
+
+def test_concurrent_enqueues_of_ten_idempotency_keys_make_ten_tasks(distributed):
+    url, db = distributed
+    found: list = []
+    lock = threading.Lock()
+
+    def enqueue_all(thread: int) -> None:
+        mine = [skiplock.enqueue(url, "t.record", {"thread": thread}, queue="keyed", idempotency_key=f"key-{i % 10}")
+                for i in range(50)]
+        with lock:
+            found.extend(mine)
+
+    threads = [threading.Thread(target=enqueue_all, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(found) == 400
+    assert len(set(found)) == 10
+    assert sum(1 for task_id in found if task_id.created) == 10
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = 'keyed'") == 10
+
+
+def test_what_does_not_run_on_this_placement_yet_is_refused_in_one_line(distributed):
+    url, _ = distributed
+    parent = skiplock.enqueue(url, "t.record", {}, queue="refused")
+    with pytest.raises(skiplock.InvalidInput, match=r"^depends_on do not run on a distributed \(Citus\) placement yet$"):
+        skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent])
+    with pytest.raises(skiplock.InvalidInput, match=r"^unique windows do not run on a distributed"):
+        skiplock.enqueue(url, "t.record", {}, queue="refused", unique=skiplock.Unique(period=60))
