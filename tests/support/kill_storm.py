@@ -1,4 +1,5 @@
-"""The worker processes of a kill storm (tests/reliability/test_durable_faults.py): spawned, one
+"""The worker processes of a kill storm (tests/reliability/test_durable_faults.py,
+tests/distributed/test_distributed_faults.py): spawned, one
 SIGKILLed about every second while it holds a claim, and replaced at once, as
 tests/reliability/test_kill9.py does by hand.
 
@@ -18,17 +19,17 @@ from .harness import ProcessGroup, Proc, wait_for
 
 class Workers:
     def __init__(self, processes: ProcessGroup, db_url: str, db, size: int, env: dict, tasks: str,
-                 concurrency: int = 4):
+                 concurrency: int = 4, args: Sequence[str] = ()):
         self.processes, self.db_url, self.db = processes, db_url, db
-        self.env, self.tasks, self.concurrency = env, tasks, concurrency
+        self.env, self.tasks, self.concurrency, self.args = env, tasks, concurrency, tuple(args)
         self.live: list[Proc] = [self.spawn() for _ in range(size)]
         for proc in self.live:
             processes.wait_ready(proc)
         self.killed: list[int] = []
 
     def spawn(self) -> Proc:
-        return self.processes.spawn(self.db_url, "--concurrency", str(self.concurrency), tasks=self.tasks,
-                                    env=self.env)
+        return self.processes.spawn(self.db_url, "--concurrency", str(self.concurrency), *self.args,
+                                    tasks=self.tasks, env=self.env)
 
     def holding(self, task_ids: Sequence | None = None) -> list[Proc]:
         """The live workers that hold a claim now (of one of `task_ids`, when given)."""

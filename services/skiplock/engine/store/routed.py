@@ -5,25 +5,35 @@ database says its tasks are distributed (Database.distributed); on one Postgres 
 A worker of several queues claims each in turn, in the order it lists them, until its free slots
 are taken: priority orders the tasks within a queue, not across queues. Claim lanes and limits
 do not apply here (docs/SCALING.md).
+
+A worker node that does not answer stops its own queues only: a queue whose statement fails is
+left out of that claim, its outcomes are reported busy (written again later) and its heartbeats
+too (not lost: renewed once the node is back), while the other nodes' queues go on. Each queue's
+failure is logged when it starts and when it ends (NodeFailures).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from contextlib import nullcontext
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from ..errors import InvalidInput
 from ..ids import TaskId, existing_id, uuid7
-from ..model import Claim, ClaimedTask, Settlement, TaskSpec
+from ..model import BUSY, Claim, ClaimedTask, Settlement, TaskSpec
 from .connection import jsonb
 from .database import Database
 from .plans import Plan, _Query
 from .plans import columns as _columns
 from .rows import rows_as
+
+log = logging.getLogger("skiplock.store")
 
 _UNSUPPORTED = (("unique", "unique windows"), ("debounce", "debounce"), ("depends_on", "depends_on"))
 
@@ -52,39 +62,93 @@ def _by_queue(items: Iterable, queue_of) -> dict[str, list]:
     return grouped
 
 
+class NodeFailures:
+    """The queues whose statements fail (their worker node does not answer, say), shared by the
+    claimer, the writer and the keeper threads: one log line when a queue starts failing, one when
+    it answers again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failing: set[str] = set()
+
+    def failed(self, queue: str, exc: Exception) -> None:
+        with self._lock:
+            new = queue not in self._failing
+            self._failing.add(queue)
+        if new:
+            log.warning("a queue's node does not answer: its tasks wait, the other queues go on",
+                        extra={"queue": queue, "error": " ".join(str(exc).split())[:300]})
+
+    def answered(self, queue: str) -> None:
+        if queue in self._failing:
+            with self._lock:
+                self._failing.discard(queue)
+            log.warning("a queue's node answers again", extra={"queue": queue})
+
+    def all_failed(self, queues: Iterable[str]) -> bool:
+        with self._lock:
+            return all(q in self._failing for q in queues)
+
+
 class RoutedTasks:
     """The worker's and the reclaim's statements, each run on one queue's shard."""
 
     def __init__(self, db: Database):
         self.db = db
+        self.failures = NodeFailures()
 
     def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
               kind_max_attempts: Mapping[str, int] | None) -> Claim:
         claimed: list[ClaimedTask] = []
+        error: psycopg.Error | None = None
         with self.db.connection(pool=self.db.claim_pool) as conn:
             for queue in queues:
                 if len(claimed) >= limit:
                     break
-                with conn.transaction():
-                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
-                    rows = [row._replace(waited_seconds=(now - row.waited_seconds).total_seconds())
-                            for row in rows_as("routed_task_claim", ClaimedTask, conn.execute(
-                                self.db.sql["routed_task_claim"], dict(
-                                    queue=queue, limit=limit - len(claimed), owner=owner,
-                                    lease_seconds=lease_seconds, kind_max_attempts=jsonb(kind_max_attempts))))]
-                    if rows:
-                        conn.execute(self.db.sql["routed_task_claim_events"],
-                                     dict(queue=queue, owner=owner, ids=[r.id for r in rows]))
+                try:
+                    rows = self._claim_one(conn, queue, limit - len(claimed), owner, lease_seconds, kind_max_attempts)
+                except psycopg.Error as exc:
+                    if conn.closed:  # the coordinator itself is gone: the worker's outage, not a node's
+                        raise
+                    self.failures.failed(queue, exc)
+                    error = exc
+                    continue
+                self.failures.answered(queue)
                 claimed.extend(rows)
+            if error is not None and not claimed and self.failures.all_failed(queues):
+                raise error  # every queue's node is away: the worker's claim loop backs off
         return Claim(claimed)
+
+    def _claim_one(self, conn, queue: str, limit: int, owner: str, lease_seconds: float,
+                   kind_max_attempts: Mapping[str, int] | None) -> list[ClaimedTask]:
+        with conn.transaction():
+            [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+            rows = [row._replace(waited_seconds=(now - row.waited_seconds).total_seconds())
+                    for row in rows_as("routed_task_claim", ClaimedTask, conn.execute(
+                        self.db.sql["routed_task_claim"], dict(
+                            queue=queue, limit=limit, owner=owner,
+                            lease_seconds=lease_seconds, kind_max_attempts=jsonb(kind_max_attempts))))]
+            if rows:
+                conn.execute(self.db.sql["routed_task_claim_events"],
+                             dict(queue=queue, owner=owner, ids=[r.id for r in rows]))
+        return rows
 
     def heartbeat(self, leases: Sequence[tuple[uuid.UUID, int, str]], lease_seconds: float) -> dict[uuid.UUID, str]:
         held: dict[uuid.UUID, str] = {}
         with self.db.connection() as conn:
             for queue, group in _by_queue(leases, lambda lease: lease[2]).items():
-                rows = conn.execute(self.db.sql["routed_task_heartbeat"], dict(
-                    queue=queue, ids=[i for i, _, _ in group], tokens=[t for _, t, _ in group],
-                    lease_seconds=lease_seconds)).fetchall()
+                try:
+                    with conn.transaction():
+                        rows = conn.execute(self.db.sql["routed_task_heartbeat"], dict(
+                            queue=queue, ids=[i for i, _, _ in group], tokens=[t for _, t, _ in group],
+                            lease_seconds=lease_seconds)).fetchall()
+                except psycopg.Error as exc:
+                    if conn.closed:
+                        raise
+                    self.failures.failed(queue, exc)
+                    rows = [(task_id, BUSY) for task_id, _, _ in group]  # not renewed, not lost
+                else:
+                    self.failures.answered(queue)
                 held.update(rows)
         return held
 
@@ -97,13 +161,21 @@ class RoutedTasks:
             for queue, group in _by_queue(settlements, lambda s: s.queue).items():
                 if queue is None:
                     raise InvalidInput("a settlement on the distributed placement names its task's queue")
-                with conn.transaction():
-                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
-                    rows = conn.execute(self.db.sql["routed_task_settle"],
-                                        dict(params_of(group), queue=queue, now=now)).fetchall()
-                    if rows:
-                        conn.execute(self.db.sql["routed_task_events"],
-                                     dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
+                try:
+                    with conn.transaction():
+                        [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                        rows = conn.execute(self.db.sql["routed_task_settle"],
+                                            dict(params_of(group), queue=queue, now=now)).fetchall()
+                        if rows:
+                            conn.execute(self.db.sql["routed_task_events"],
+                                         dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
+                except psycopg.Error as exc:
+                    if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
+                        raise  # the caller's own retry, as on one Postgres
+                    self.failures.failed(queue, exc)
+                    rows = [(s.task_id, BUSY) for s in group]  # written again by the caller
+                else:
+                    self.failures.answered(queue)
                 applied.update((r[0], r[1]) for r in rows)
         return applied
 
