@@ -188,3 +188,24 @@ SET state = CASE
 FROM expired
 WHERE t.queue = %(queue)s AND t.id = expired.id
 RETURNING t.id, t.queue, t.state, t.kind, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error;
+
+-- name: routed_task_get
+-- task_get by id alone (a read of every shard: an id names no queue), then the traceback from the
+-- task's own shard (a join of the colocated tables on their distribution column)
+SELECT {{_task_get_columns}},
+       (SELECT e.data ->> 'traceback' FROM skiplock.task_events AS e
+        WHERE e.queue = t.queue AND e.task_id = t.id AND e.data ? 'error' AND t.last_error IS NOT NULL
+        ORDER BY e.seq DESC LIMIT 1) AS last_error_traceback
+FROM skiplock.tasks AS t
+WHERE t.id = %(id)s;
+
+-- name: routed_task_event_throughput
+-- task_event_throughput: an event carries its task's queue here, and a task deleted since takes
+-- its events out of the count (a join of the colocated tables on their distribution column)
+SELECT e.queue, date_trunc('minute', e.at) AS minute, count(*) FILTER (WHERE e.type = 'completed'),
+       count(*) FILTER (WHERE e.type = 'failed')
+FROM skiplock.task_events AS e
+WHERE e.type IN ('completed', 'failed') AND e.at >= %(since)s
+  AND EXISTS (SELECT FROM skiplock.tasks AS t WHERE t.queue = e.queue AND t.id = e.task_id)
+GROUP BY e.queue, date_trunc('minute', e.at)
+ORDER BY 1, 2;

@@ -749,13 +749,16 @@ events AS (
 DELETE FROM skiplock.tasks AS t USING doomed WHERE t.id = doomed.id
 RETURNING t.id
 
+-- name: _task_get_columns
+t.id, t.kind, t.queue, t.priority, t.payload, t.state, t.attempts, t.max_attempts, t.reclaims, t.lease_token,
+       t.lease_owner, t.lease_until, t.run_after, t.deadline, t.idempotency_key, t.cursor, t.progress, t.message,
+       t.result, t.last_error, t.event_seq, t.created_at, t.updated_at, t.started_at, t.finished_at,
+       t.concurrency_key, t.waiting_on, t.on_parent_failure, t.suspended, t.wake_at, t.awaited_signal
+
 -- name: task_get
 -- With the traceback that goes with last_error: the newest event that recorded an error
 -- (retrying, failed, reclaimed) set last_error, and holds the handler's traceback if it had one.
-SELECT id, kind, queue, priority, payload, state, attempts, max_attempts, reclaims, lease_token,
-       lease_owner, lease_until, run_after, deadline, idempotency_key, cursor, progress, message,
-       result, last_error, event_seq, created_at, updated_at, started_at, finished_at, concurrency_key,
-       waiting_on, on_parent_failure, suspended, wake_at, awaited_signal, e.traceback AS last_error_traceback
+SELECT {{_task_get_columns}}, e.traceback AS last_error_traceback
 FROM skiplock.tasks AS t
 LEFT JOIN LATERAL (
     SELECT data ->> 'traceback' AS traceback

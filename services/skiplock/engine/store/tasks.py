@@ -204,7 +204,7 @@ class TaskStore:
     # -- reads
     def task_get(self, task_id: uuid.UUID | str) -> Task:
         task_id = _parse_id(task_id)
-        rows = self.db.fetch_as("task_get", {"id": task_id}, Task)
+        rows = self.db.fetch_as("routed_task_get" if self.db.distributed else "task_get", {"id": task_id}, Task)
         if not rows:
             raise TaskNotFound(f"task {task_id} not found")
         return rows[0]
@@ -351,7 +351,8 @@ class TaskStore:
         whole minutes, the current one included; minutes without an outcome have no row."""
         with self.db.connection() as conn:
             since = conn.execute(self.db.sql["task_event_throughput_since"], {"minutes": minutes}).fetchone()[0]
-            rows = conn.execute(self.db.sql["task_event_throughput"], {"since": since}).fetchall()
+            statement = "routed_task_event_throughput" if self.db.distributed else "task_event_throughput"
+            rows = conn.execute(self.db.sql[statement], {"since": since}).fetchall()
         return since, rows
 
     # -- the names a submission brings (api/names.py decides how many may exist)
