@@ -184,3 +184,28 @@ def test_what_does_not_run_on_this_placement_yet_is_refused_in_one_line(distribu
         skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent])
     with pytest.raises(skiplock.InvalidInput, match=r"^unique windows do not run on a distributed"):
         skiplock.enqueue(url, "t.record", {}, queue="refused", unique=skiplock.Unique(period=60))
+
+
+def test_retention_deletes_finished_tasks_with_their_events_queue_by_queue(distributed):
+    url, db = distributed
+    store = Store.pooled(url, max_size=2).open(wait=True)
+    try:
+        old = {queue: skiplock.enqueue_many(url, "t.record", [{}] * 5, queue=queue) for queue in ("ret-a", "ret-b")}
+        recent = skiplock.enqueue_many(url, "t.record", [{}] * 3, queue="ret-a")
+        claims = store.tasks.task_claim(["ret-a", "ret-b"], 20, "w", 30.0)
+        assert len(claims) == 13
+        assert set(store.tasks.task_settle([Settlement(c.id, c.lease_token, "completed", queue=c.queue)
+                                            for c in claims]).values()) == {"completed"}
+        doomed = old["ret-a"] + old["ret-b"]
+        db.execute("UPDATE skiplock.tasks SET finished_at = now() - interval '2 hours' "
+                   "WHERE queue IN ('ret-a', 'ret-b') AND id = ANY(%s)", (doomed,))
+        assert store.tasks.task_delete_finished("completed", 3600, limit=500) == 10
+        assert store.tasks.task_delete_finished("completed", 3600, limit=500) == 0
+        left = {r[0] for r in db.execute("SELECT id FROM skiplock.tasks WHERE queue IN ('ret-a', 'ret-b')")}
+        assert left == set(recent)
+        assert scalar(db, "SELECT count(*) FROM skiplock.task_events WHERE queue IN ('ret-a', 'ret-b') "
+                          "AND task_id = ANY(%s)", (doomed,)) == 0
+        assert scalar(db, "SELECT count(*) FROM skiplock.task_events WHERE queue = 'ret-a' AND task_id = ANY(%s)",
+                      (recent,)) == 9
+    finally:
+        store.close()

@@ -23,9 +23,9 @@ SELECT COALESCE((SELECT generation FROM skiplock.console_token_sign_outs
 
 -- name: console_token_sign_out
 -- ends every session opened with that token so far; returns the new generation
-INSERT INTO skiplock.console_token_sign_outs AS s (token_name, generation)
-VALUES (%(token_name)s, 1)
-ON CONFLICT (token_name) DO UPDATE SET generation = s.generation + 1, signed_out_at = now()
+INSERT INTO skiplock.console_token_sign_outs AS s (token_name, generation, signed_out_at)
+VALUES (%(token_name)s, 1, now())
+ON CONFLICT (token_name) DO UPDATE SET generation = s.generation + 1, signed_out_at = EXCLUDED.signed_out_at
 RETURNING generation;
 
 -- name: auth_failure_record

@@ -14,11 +14,11 @@ WHERE kind = %(kind)s;
 -- name: limit_upsert
 -- true: created, false: changed; no row: unchanged. The next claim reads it: a kind that gets its
 -- first limit has its queued tasks parked as claims meet them.
-INSERT INTO skiplock.limits AS l (kind, concurrency, rate_count, rate_seconds, burst)
-VALUES (%(kind)s, %(concurrency)s, %(rate_count)s, %(rate_seconds)s, %(burst)s)
+INSERT INTO skiplock.limits AS l (kind, concurrency, rate_count, rate_seconds, burst, updated_at)
+VALUES (%(kind)s, %(concurrency)s, %(rate_count)s, %(rate_seconds)s, %(burst)s, now())
 ON CONFLICT (kind) DO UPDATE
 SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
-    rate_seconds = excluded.rate_seconds, burst = excluded.burst, updated_at = now()
+    rate_seconds = excluded.rate_seconds, burst = excluded.burst, updated_at = excluded.updated_at
 WHERE (l.concurrency, l.rate_count, l.rate_seconds, l.burst)
       IS DISTINCT FROM (excluded.concurrency, excluded.rate_count, excluded.rate_seconds, excluded.burst)
 RETURNING (xmax = 0) AS created;

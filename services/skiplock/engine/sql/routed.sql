@@ -209,3 +209,27 @@ WHERE e.type IN ('completed', 'failed') AND e.at >= %(since)s
   AND EXISTS (SELECT FROM skiplock.tasks AS t WHERE t.queue = e.queue AND t.id = e.task_id)
 GROUP BY e.queue, date_trunc('minute', e.at)
 ORDER BY 1, 2;
+
+-- name: routed_finished_queues
+-- the queues with tasks finished in `state` before `before` (a read of every shard)
+SELECT DISTINCT queue FROM skiplock.tasks
+WHERE state = %(state)s AND finished_at IS NOT NULL AND finished_at < %(before)s::timestamptz;
+
+-- name: routed_task_delete_finished
+-- task_delete_finished for one queue: its tasks, their events and steps, on its shard
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM skiplock.tasks AS t
+    WHERE t.queue = %(queue)s AND t.state = %(state)s
+      AND t.finished_at IS NOT NULL AND t.finished_at < %(before)s::timestamptz
+      AND (t.unique_until IS NULL OR t.unique_until <= %(now)s::timestamptz OR NOT t.state = ANY (t.unique_states))
+    ORDER BY t.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM skiplock.task_events AS e USING doomed WHERE e.queue = %(queue)s AND e.task_id = doomed.id
+), steps AS (
+    DELETE FROM skiplock.task_steps AS s USING doomed WHERE s.queue = %(queue)s AND s.task_id = doomed.id
+)
+DELETE FROM skiplock.tasks AS t USING doomed WHERE t.queue = %(queue)s AND t.id = doomed.id
+RETURNING t.id;

@@ -46,22 +46,24 @@ WHERE name = %(name)s;
 -- name: schedule_fire_record
 -- A buffered time that fires later turns its 'buffered' row into 'fired'; any other decision
 -- about a time already decided is refused by the primary key.
-INSERT INTO skiplock.schedule_fires (schedule, nominal_at, outcome, task_id, detail)
-SELECT %(schedule)s, f.nominal_at, f.outcome, f.task_id, f.detail
+-- (The time comes with the new row, as EXCLUDED.at: Citus takes no function that is not
+-- IMMUTABLE in DO UPDATE SET, here and in every upsert of a table it may hold.)
+INSERT INTO skiplock.schedule_fires (schedule, nominal_at, outcome, task_id, detail, at)
+SELECT %(schedule)s, f.nominal_at, f.outcome, f.task_id, f.detail, now()
 FROM unnest(%(nominal_ats)s::timestamptz[], %(outcomes)s::text[], %(task_ids)s::uuid[], %(details)s::text[])
      AS f(nominal_at, outcome, task_id, detail)
 ON CONFLICT (schedule, nominal_at) DO UPDATE
-SET outcome = EXCLUDED.outcome, task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = now()
+SET outcome = EXCLUDED.outcome, task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = EXCLUDED.at
 WHERE schedule_fires.outcome = 'buffered';
 
 -- name: schedule_fire_now_record
 -- "Fire now" (POST /v1/schedules/{name}/fire) records its decision under the current tick's
 -- nominal time. A time already fired keeps its row and returns none (the key found that fire's
 -- task); a time skipped, buffered or missed becomes fired.
-INSERT INTO skiplock.schedule_fires (schedule, nominal_at, outcome, task_id, detail)
-VALUES (%(schedule)s, %(nominal_at)s, 'fired', %(task_id)s, %(detail)s)
+INSERT INTO skiplock.schedule_fires (schedule, nominal_at, outcome, task_id, detail, at)
+VALUES (%(schedule)s, %(nominal_at)s, 'fired', %(task_id)s, %(detail)s, now())
 ON CONFLICT (schedule, nominal_at) DO UPDATE
-SET outcome = 'fired', task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = now()
+SET outcome = 'fired', task_id = EXCLUDED.task_id, detail = EXCLUDED.detail, at = EXCLUDED.at
 WHERE schedule_fires.outcome <> 'fired'
 RETURNING nominal_at;
 
@@ -77,10 +79,10 @@ WHERE enabled;
 -- again; otherwise the schedule keeps its place. Unchanged rows are not written (no row back).
 INSERT INTO skiplock.schedules AS s
     (name, kind, queue, payload, priority, max_attempts, cron, timezone, interval_seconds, overlap,
-     catchup, catchup_window_seconds, jitter_seconds, enabled, next_fire_at)
+     catchup, catchup_window_seconds, jitter_seconds, enabled, next_fire_at, updated_at)
 VALUES (%(name)s, %(kind)s, %(queue)s, %(payload)s, %(priority)s, %(max_attempts)s, %(cron)s,
         %(timezone)s, %(interval_seconds)s, %(overlap)s, %(catchup)s, %(catchup_window_seconds)s,
-        %(jitter_seconds)s, %(enabled)s, %(next_fire_at)s)
+        %(jitter_seconds)s, %(enabled)s, %(next_fire_at)s, now())
 ON CONFLICT (name) DO UPDATE
 SET kind = EXCLUDED.kind, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
     priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts, cron = EXCLUDED.cron,
@@ -98,7 +100,7 @@ SET kind = EXCLUDED.kind, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
              IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.interval_seconds)
           OR NOT EXCLUDED.enabled
         THEN NULL ELSE s.buffered_fire_at END,
-    updated_at = now()
+    updated_at = EXCLUDED.updated_at  -- the time from VALUES (see schedule_fire_record)
 WHERE (s.kind, s.queue, s.payload, s.priority, s.max_attempts, s.cron, s.timezone,
        s.interval_seconds, s.overlap, s.catchup, s.catchup_window_seconds, s.jitter_seconds, s.enabled)
       IS DISTINCT FROM

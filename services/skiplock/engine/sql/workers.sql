@@ -6,10 +6,11 @@
 -- Insert this worker's row, or renew it: heartbeat_at and in_flight. After the maintenance
 -- deleted the row (the worker was paused or cut off for three leases), the next beat inserts it
 -- again, with a new started_at.
-INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, in_flight, version, lease_seconds)
+-- heartbeat_at from VALUES: Citus takes no function that is not IMMUTABLE in DO UPDATE SET
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, in_flight, version, lease_seconds, heartbeat_at)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(in_flight)s, %(version)s,
-        %(lease_seconds)s)
-ON CONFLICT (id) DO UPDATE SET in_flight = EXCLUDED.in_flight, heartbeat_at = now()
+        %(lease_seconds)s, now())
+ON CONFLICT (id) DO UPDATE SET in_flight = EXCLUDED.in_flight, heartbeat_at = EXCLUDED.heartbeat_at
 -- xmax is 0 in a row version an INSERT wrote, not in one an ON CONFLICT UPDATE wrote
 RETURNING xmax = 0 AS inserted;
 
@@ -21,8 +22,10 @@ DELETE FROM skiplock.workers WHERE id = %(id)s RETURNING id;
 -- name: worker_delete_stale
 -- Rows whose heartbeat is older than `leases` of their own leases: workers that died without
 -- exiting. Every scheduler replica may run it at once; a row goes once.
+-- (The age as now() - heartbeat_at, an interval: Citus refuses a STABLE function, as
+-- timestamptz - interval is, called with a column in a statement that writes a table it holds.)
 DELETE FROM skiplock.workers
-WHERE heartbeat_at < now() - %(leases)s * lease_seconds * interval '1 second'
+WHERE now() - heartbeat_at > %(leases)s * lease_seconds * interval '1 second'
 RETURNING id, host, pid;
 
 -- name: worker_list

@@ -14,6 +14,7 @@ failure is logged when it starts and when it ends (NodeFailures).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import uuid
@@ -200,6 +201,22 @@ class RoutedTasks:
                         conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
         return reclaimed
+
+
+    def delete_finished(self, state: str, older_than_seconds: float, limit: int) -> int:
+        """Retention, one queue after another until `limit` tasks are deleted."""
+        deleted = 0
+        with self.db.connection() as conn:
+            [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+            before = now - dt.timedelta(seconds=older_than_seconds)
+            queues = [q for (q,) in conn.execute(self.db.sql["routed_finished_queues"],
+                                                 dict(state=state, before=before)).fetchall()]
+            for queue in queues:
+                if deleted >= limit:
+                    break
+                deleted += len(conn.execute(self.db.sql["routed_task_delete_finished"], dict(
+                    queue=queue, state=state, before=before, now=now, limit=limit - deleted)).fetchall())
+        return deleted
 
 
 def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:

@@ -327,6 +327,8 @@ class TaskStore:
     # -- retention and the queue reads
     def task_delete_finished(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
         """One retention batch: finished tasks (and their events) older than the retention."""
+        if self.db.distributed:
+            return self._routed.delete_finished(state, older_than_seconds, limit)
         return len(self.db.fetch("task_delete_finished", dict(state=state, older_than=older_than_seconds,
                                                               limit=limit)))
 
