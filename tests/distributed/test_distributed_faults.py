@@ -136,3 +136,53 @@ def test_a_worker_node_stopped_mid_drain_stops_its_queues_only_and_its_tasks_com
 
 def _completed(db: psycopg.Connection, queues: list[str]) -> int:
     return scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = ANY(%s) AND state = 'completed'", (queues,))
+
+
+def test_the_coordinator_restarted_mid_drain_the_workers_come_back_and_every_task_completes(
+        citus, fresh, processes):
+    url, db = fresh
+    total = len(QUEUES) * 40
+    enqueue_everywhere(url, 40, {"sleep": 0.05})
+    worker = spawn(processes, url, concurrency=4)
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM public.executions") >= 30, 30, message="the drain under way")
+    db.close()
+    # fast: every client cut off, transactions in flight rolled back. (An immediate stop here
+    # would lose the handlers' last execution rows: the test clusters run without synchronous
+    # commit, and those rows live on the coordinator.)
+    citus.coordinator.restart("fast")
+    with psycopg.connect(url, autocommit=True) as again:
+        wait_for(lambda: scalar(again, "SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'") == total, 120,
+                 interval=0.5, message="every task completed after the coordinator's restart")
+        rows = again.execute("""
+            SELECT t.id, t.reclaims, count(e.task_id) FROM skiplock.tasks AS t
+            LEFT JOIN public.executions AS e ON e.task_id = t.id GROUP BY t.id, t.reclaims""").fetchall()
+    assert worker.alive()
+    assert len(rows) == total and [r for r in rows if r[2] == 0] == []
+    assert [r for r in rows if r[2] - 1 > r[1]] == []  # none ran twice without a reclaim
+
+
+def test_a_queues_shard_moved_to_the_other_node_while_it_drains_loses_and_repeats_nothing(citus, fresh, processes):
+    url, db = fresh
+    queue = QUEUES[0]
+    source = node_of_queue(db, queue)
+    target = next(node.port for node in citus.nodes if node.port != source)
+    ids = skiplock.enqueue_many(url, "t.record", [{"sleep": 0.02}] * 400, queue=queue)
+    worker = spawn(processes, url, concurrency=4)
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM public.executions") >= 40, 30, message="the drain under way")
+    shard = scalar(db, "SELECT get_shard_id_for_distribution_column('skiplock.tasks', %s::text)", (queue,))
+    # the shard group (the queue's tasks, events and steps) moves; writes to it wait meanwhile
+    db.execute("SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s, "
+               "shard_transfer_mode => 'block_writes')", (shard, source, target))
+    moved_at = scalar(db, "SELECT count(*) FROM public.executions")
+    assert node_of_queue(db, queue) == target
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = %s AND state = 'completed'",
+                            (queue,)) == len(ids), 90, interval=0.5, message="the queue drained on its new node")
+    print(f"shard {shard} moved from {source} to {target} after {moved_at} of {len(ids)} ran")
+    assert moved_at < len(ids), "the drain ended before the move: nothing was tested"
+    rows = db.execute("""
+        SELECT t.id, t.reclaims, count(e.task_id) FROM skiplock.tasks AS t
+        LEFT JOIN public.executions AS e ON e.task_id = t.id WHERE t.queue = %s GROUP BY t.id, t.reclaims""",
+                      (queue,)).fetchall()
+    assert len(rows) == len(ids) and [r for r in rows if r[2] == 0] == []
+    assert [r for r in rows if r[2] - 1 > r[1]] == []
+    assert worker.alive()
