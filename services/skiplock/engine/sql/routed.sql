@@ -78,11 +78,12 @@ RETURNING t.id, t.kind, t.queue, t.payload, t.attempts AS attempt, t.lease_token
           t.run_after AS waited_seconds, t.limited, t.trace_context;
 
 -- name: routed_task_claim_events
-INSERT INTO skiplock.task_events (queue, task_id, seq, type, lease_token, attempt, data)
+INSERT INTO skiplock.task_events AS written (queue, task_id, seq, type, lease_token, attempt, data)
 SELECT t.queue, t.id, t.event_seq, 'running', t.lease_token, t.attempts,
        jsonb_build_object('owner', %(owner)s::text)
 FROM skiplock.tasks AS t
-WHERE t.queue = %(queue)s AND t.id = ANY (%(ids)s::uuid[]);
+WHERE t.queue = %(queue)s AND t.id = ANY (%(ids)s::uuid[])
+RETURNING written.task_id, written.seq;
 
 -- name: routed_task_heartbeat
 -- task_heartbeat for one queue's claims. It waits for a row another transaction holds (a moment:
@@ -233,3 +234,58 @@ WITH doomed AS MATERIALIZED (
 )
 DELETE FROM skiplock.tasks AS t USING doomed WHERE t.queue = %(queue)s AND t.id = doomed.id
 RETURNING t.id;
+
+-- name: routed_outbox
+-- The webhook outbox of events just written (what the task_events_outbox trigger does on one
+-- Postgres): a delivery per event and subscribed endpoint, into the coordinator's deliveries
+-- table, with the payload the trigger builds. Nothing when no endpoint is enabled.
+INSERT INTO skiplock.webhook_deliveries (event_id, endpoint_id, event_type, payload)
+SELECT md5(e.task_id::text || ':' || e.seq::text)::uuid,
+       ep.id,
+       'task.' || e.type,
+       jsonb_build_object(
+           'type', 'task.' || e.type,
+           'timestamp', e.at,
+           'data', jsonb_strip_nulls(jsonb_build_object(
+               'task_id', t.id, 'kind', t.kind, 'queue', t.queue, 'state', t.state,
+               'attempt', e.attempt, 'seq', e.seq,
+               'result', CASE WHEN e.type = 'completed' THEN t.result END,
+               'error', CASE WHEN e.type IN ('failed', 'retrying', 'reclaimed')
+                             THEN coalesce(e.data ->> 'error', t.last_error) END)))
+FROM unnest(%(ids)s::uuid[], %(seqs)s::integer[]) AS w(task_id, seq)
+JOIN skiplock.task_events AS e ON e.task_id = w.task_id AND e.seq = w.seq
+JOIN skiplock.tasks AS t ON t.queue = e.queue AND t.id = e.task_id
+JOIN skiplock.webhook_endpoints AS ep
+  ON ep.enabled AND ('task.' || e.type = ANY (ep.event_types) OR 'task.*' = ANY (ep.event_types))
+WHERE e.queue = ANY (%(queues)s::text[])
+  AND EXISTS (SELECT FROM skiplock.webhook_endpoints AS any_endpoint WHERE any_endpoint.enabled);
+
+-- name: routed_lease_tokens
+-- lease tokens for a claim of deliveries, taken on the coordinator: nextval() in an UPDATE of a
+-- table Citus holds is refused
+SELECT nextval('skiplock.lease_tokens') FROM generate_series(1, %(limit)s);
+
+-- name: routed_delivery_pick
+-- webhook_delivery_claim's pick on its own (the rows stay locked to the transaction's end); the
+-- lease is written by routed_delivery_lease with tokens taken before (routed_lease_tokens)
+WITH {{_delivery_claim_picked}}
+SELECT id FROM picked ORDER BY id;
+
+-- name: routed_delivery_lease
+-- without the task's trace context: a join of the coordinator's deliveries to the distributed
+-- tasks by an id that names no queue is not one Citus runs
+WITH leased AS (
+    UPDATE skiplock.webhook_deliveries AS d
+    SET state = 'delivering',
+        lease_token = u.token,
+        lease_owner = %(owner)s,
+        lease_until = now() + %(lease_seconds)s * interval '1 second',
+        updated_at = now()
+    FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS u(id, token)
+    WHERE d.id = u.id
+    RETURNING d.id, d.event_id, d.endpoint_id, d.event_type, d.payload, d.attempts, d.lease_token, d.created_at
+)
+SELECT l.id, l.event_id, l.endpoint_id, e.url, e.secret, l.event_type, l.payload, l.attempts,
+       l.lease_token, l.created_at, NULL::jsonb AS trace_context
+FROM leased AS l
+JOIN skiplock.webhook_endpoints AS e ON e.id = l.endpoint_id;

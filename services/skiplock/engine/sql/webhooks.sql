@@ -66,10 +66,9 @@ SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
 WHERE id = %(id)s
 RETURNING id;
 
--- name: webhook_delivery_claim
--- Due deliveries of enabled endpoints, and attempts whose lease expired (their dispatcher died),
--- leased with a fresh token, with their task's trace context. MATERIALIZED keeps the LIMIT honest.
-WITH due AS MATERIALIZED (
+-- name: _delivery_claim_picked
+-- the deliveries a claim leases (webhook_delivery_claim, routed_delivery_claim)
+due AS MATERIALIZED (
     SELECT d.id FROM skiplock.webhook_deliveries AS d
     JOIN skiplock.webhook_endpoints AS e ON e.id = d.endpoint_id AND e.enabled
     WHERE d.state = 'pending' AND d.next_attempt_at <= now()
@@ -93,7 +92,12 @@ WITH due AS MATERIALIZED (
 ), picked AS MATERIALIZED (
     -- rows locked here but not picked stay locked only until this statement commits
     SELECT id FROM (SELECT id FROM expired UNION ALL SELECT id FROM due) AS c LIMIT %(limit)s
-), leased AS (
+)
+
+-- name: webhook_delivery_claim
+-- Due deliveries of enabled endpoints, and attempts whose lease expired (their dispatcher died),
+-- leased with a fresh token, with their task's trace context. MATERIALIZED keeps the LIMIT honest.
+WITH {{_delivery_claim_picked}}, leased AS (
     UPDATE skiplock.webhook_deliveries AS d
     SET state = 'delivering',
         lease_token = nextval('skiplock.lease_tokens'),
@@ -115,20 +119,20 @@ LEFT JOIN skiplock.tasks AS t ON t.id = (l.payload #>> '{data,task_id}')::uuid;
 -- name: webhook_delivery_settle
 -- Outcomes of attempts, many per round trip: delivered | retry | dead | released.
 -- A released attempt (shutdown) gives its attempt back.
+-- The times are worked out in `input`, not in the CASEs: Citus refuses a function that is not
+-- IMMUTABLE inside a CASE (now(), timestamptz + interval) on a table it holds.
 WITH input AS (
-    SELECT *
+    SELECT i.*, now() AS at, now() + coalesce(i.delay, 0) * interval '1 second' AS retry_at
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
         AS i(id uuid, token bigint, outcome text, status integer, error text, delay float8)
 )
 UPDATE skiplock.webhook_deliveries AS d
-SET state = CASE i.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END,
+SET state = CASE WHEN i.outcome IN ('delivered', 'dead') THEN i.outcome ELSE 'pending' END,
     attempts = CASE WHEN i.outcome = 'released' THEN d.attempts ELSE d.attempts + 1 END,
-    next_attempt_at = CASE WHEN i.outcome IN ('retry', 'released')
-                           THEN now() + coalesce(i.delay, 0) * interval '1 second'
-                           ELSE d.next_attempt_at END,
+    next_attempt_at = CASE WHEN i.outcome IN ('retry', 'released') THEN i.retry_at ELSE d.next_attempt_at END,
     last_status = CASE WHEN i.outcome = 'released' THEN d.last_status ELSE i.status END,
     last_error = CASE WHEN i.outcome = 'released' THEN d.last_error ELSE i.error END,
-    delivered_at = CASE WHEN i.outcome = 'delivered' THEN now() END,
+    delivered_at = CASE WHEN i.outcome = 'delivered' THEN i.at END,
     lease_token = NULL, lease_owner = NULL, lease_until = NULL,
     updated_at = now()
 FROM input AS i

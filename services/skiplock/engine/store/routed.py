@@ -56,6 +56,10 @@ def _settle_event(row: tuple) -> dict:
             "attempt": attempt, "data": data}
 
 
+def outbox_params(queues: Sequence[str], events: Sequence[tuple[uuid.UUID, int]]) -> dict:
+    return {"queues": list(queues), "ids": [task_id for task_id, _ in events], "seqs": [seq for _, seq in events]}
+
+
 def _by_queue(items: Iterable, queue_of) -> dict[str, list]:
     grouped: dict[str, list] = {}
     for item in items:
@@ -130,9 +134,14 @@ class RoutedTasks:
                             queue=queue, limit=limit, owner=owner,
                             lease_seconds=lease_seconds, kind_max_attempts=jsonb(kind_max_attempts))))]
             if rows:
-                conn.execute(self.db.sql["routed_task_claim_events"],
-                             dict(queue=queue, owner=owner, ids=[r.id for r in rows]))
+                written = conn.execute(self.db.sql["routed_task_claim_events"],
+                                       dict(queue=queue, owner=owner, ids=[r.id for r in rows])).fetchall()
+                self._outbox(conn, queue, written)
         return rows
+
+    def _outbox(self, conn, queue: str, events: Sequence[tuple[uuid.UUID, int]]) -> None:
+        """The webhook deliveries of the events (task id, seq) just written, in their transaction."""
+        conn.execute(self.db.sql["routed_outbox"], outbox_params([queue], events))
 
     def heartbeat(self, leases: Sequence[tuple[uuid.UUID, int, str]], lease_seconds: float) -> dict[uuid.UUID, str]:
         held: dict[uuid.UUID, str] = {}
@@ -170,6 +179,7 @@ class RoutedTasks:
                         if rows:
                             conn.execute(self.db.sql["routed_task_events"],
                                          dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
+                            self._outbox(conn, queue, [(r[0], r[2]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
                         raise  # the caller's own retry, as on one Postgres
@@ -197,6 +207,7 @@ class RoutedTasks:
                                "lease_token": r[5], "attempt": r[6],
                                "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}} for r in rows]
                     conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
+                    self._outbox(conn, queue, [(r[0], r[4]) for r in rows])
                     if any(r[2] == "queued" for r in rows):
                         conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
@@ -232,8 +243,9 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
     inserted = (yield _Query(sql["routed_task_insert"], dict(_columns(specs, ids), now=now)))
     new = {task_id for task_id, _, _ in inserted}
     if new:
-        yield _Query(sql["routed_task_queued_events"],
-                     {"queues": sorted({q for _, q, _ in inserted}), "ids": sorted(new)})
+        queues = sorted({q for _, q, _ in inserted})
+        yield _Query(sql["routed_task_queued_events"], {"queues": queues, "ids": sorted(new)})
+        yield _Query(sql["routed_outbox"], outbox_params(queues, [(task_id, 1) for task_id in sorted(new)]))
         due = sorted({q for _, q, run_after in inserted if run_after <= now})
         if due:
             yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": due})

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from ..errors import DatabaseUnavailable, DeliveryNotFound, InvalidInput, WebhookNotFound
 from ..model import uuid7
 from .database import Database
+from .rows import rows_as
 from .tasks import parse_uuid
 
 
@@ -78,7 +79,11 @@ class WebhookStore:
 
     def _sync_outbox_trigger(self, conn: psycopg.Connection) -> None:
         """Fan-out costs nothing while no endpoint is enabled: the trigger does not exist then.
-        Called under webhook_endpoints_lock, after the change, in the same transaction."""
+        Called under webhook_endpoints_lock, after the change, in the same transaction. On the
+        distributed placement there is no trigger: the routed statements write the outbox
+        (routed_outbox) while an endpoint is enabled."""
+        if self.db.distributed:
+            return
         sql = self.db.sql
         wanted = conn.execute(sql["webhook_endpoints_any_enabled"]).fetchone()[0]
         if conn.execute(sql["outbox_trigger_enabled"]).fetchone()[0] == wanted:
@@ -153,8 +158,17 @@ class WebhookStore:
 
     # -- deliveries
     def webhook_delivery_claim(self, limit: int, owner: str, lease_seconds: float) -> list[Delivery]:
-        return self.db.fetch_as("webhook_delivery_claim", dict(limit=limit, owner=owner,
-                                                               lease_seconds=lease_seconds), Delivery)
+        params = dict(limit=limit, owner=owner, lease_seconds=lease_seconds)
+        if not self.db.distributed:
+            return self.db.fetch_as("webhook_delivery_claim", params, Delivery)
+        # the distributed placement: nextval() is refused in an UPDATE of a table Citus holds
+        with self.db.connection() as conn, conn.transaction():
+            ids = [i for (i,) in conn.execute(self.db.sql["routed_delivery_pick"], params).fetchall()]
+            if not ids:
+                return []
+            tokens = [t for (t,) in conn.execute(self.db.sql["routed_lease_tokens"], dict(limit=len(ids))).fetchall()]
+            return rows_as("routed_delivery_lease", Delivery, conn.execute(
+                self.db.sql["routed_delivery_lease"], dict(params, ids=ids, tokens=tokens)))
 
     def webhook_delivery_settle(self, outcomes: Sequence[dict]) -> dict[uuid.UUID, str]:
         """Fenced outcomes [{id, token, outcome, status, error, delay}]; returns {id: new state}
