@@ -155,22 +155,29 @@ def test_a_stale_outcome_after_a_reclaim_is_refused_and_the_new_claim_fences_it(
         store.close()
 
 
-def test_concurrent_enqueues_of_ten_idempotency_keys_make_ten_tasks(distributed):
-    url, db = distributed
+def in_threads(enqueue_all, threads: int = 8) -> list:
+    """Every id `enqueue_all(thread)` returned, run in `threads` threads at once."""
     found: list = []
     lock = threading.Lock()
 
-    def enqueue_all(thread: int) -> None:
-        mine = [skiplock.enqueue(url, "t.record", {"thread": thread}, queue="keyed", idempotency_key=f"key-{i % 10}")
-                for i in range(50)]
+    def run(thread: int) -> None:
+        mine = enqueue_all(thread)
         with lock:
             found.extend(mine)
 
-    threads = [threading.Thread(target=enqueue_all, args=(n,)) for n in range(8)]
-    for thread in threads:
+    started = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for thread in started:
         thread.start()
-    for thread in threads:
+    for thread in started:
         thread.join(60)
+    return found
+
+
+def test_concurrent_enqueues_of_ten_idempotency_keys_make_ten_tasks(distributed):
+    url, db = distributed
+    found = in_threads(lambda thread: [
+        skiplock.enqueue(url, "t.record", {"thread": thread}, queue="keyed", idempotency_key=f"key-{i % 10}")
+        for i in range(50)])
     assert len(found) == 400
     assert len(set(found)) == 10
     assert sum(1 for task_id in found if task_id.created) == 10
@@ -182,8 +189,26 @@ def test_what_does_not_run_on_this_placement_yet_is_refused_in_one_line(distribu
     parent = skiplock.enqueue(url, "t.record", {}, queue="refused")
     with pytest.raises(skiplock.InvalidInput, match=r"^depends_on do not run on a distributed \(Citus\) placement yet$"):
         skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent])
-    with pytest.raises(skiplock.InvalidInput, match=r"^unique windows do not run on a distributed"):
-        skiplock.enqueue(url, "t.record", {}, queue="refused", unique=skiplock.Unique(period=60))
+    with pytest.raises(skiplock.InvalidInput, match=r"^debounce do not run on a distributed"):
+        skiplock.enqueue(url, "t.record", {}, queue="refused", debounce=skiplock.Debounce(key="k", delay=1))
+
+
+def test_concurrent_enqueues_of_ten_unique_keys_make_ten_tasks_with_their_events(distributed):
+    url, db = distributed
+    unique = skiplock.Unique(by_payload=["n"], period=3600)
+
+    def enqueue_all(thread: int) -> list:
+        mine = [skiplock.enqueue(url, "t.record", {"n": i % 10, "thread": thread}, queue="uniq", unique=unique)
+                for i in range(40)]
+        return mine + skiplock.enqueue_many(url, "t.record", [{"n": i, "thread": thread} for i in range(10)],
+                                            queue="uniq", unique=unique)
+
+    found = in_threads(enqueue_all)
+    assert len(found) == 8 * 50
+    assert len(set(found)) == 10
+    assert sum(1 for task_id in found if task_id.created) == 10
+    assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = 'uniq'") == 10
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_events WHERE queue = 'uniq' AND type = 'queued'") == 10
 
 
 def test_retention_deletes_finished_tasks_with_their_events_queue_by_queue(distributed):

@@ -44,7 +44,10 @@ WHERE queue = ANY (%(queues)s::text[]) AND idempotency_key = ANY (%(keys)s::text
 SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: routed_now
-SELECT now();
+-- The transaction's time, and whether any webhook endpoint is enabled (an outbox to write: the
+-- endpoints are a reference table, read on the coordinator). A transaction that reads this
+-- sees an endpoint enabled before it began; one enabled meanwhile gets the events after.
+SELECT now(), EXISTS (SELECT FROM skiplock.webhook_endpoints WHERE enabled);
 
 -- name: routed_task_claim
 -- task_claim for one queue. Tasks of a kind with a limit are left where they are: limits do not
@@ -238,7 +241,7 @@ RETURNING t.id;
 -- name: routed_outbox
 -- The webhook outbox of events just written (what the task_events_outbox trigger does on one
 -- Postgres): a delivery per event and subscribed endpoint, into the coordinator's deliveries
--- table, with the payload the trigger builds. Nothing when no endpoint is enabled.
+-- table, with the payload the trigger builds. Run only while an endpoint is enabled (routed_now).
 INSERT INTO skiplock.webhook_deliveries (event_id, endpoint_id, event_type, payload)
 SELECT md5(e.task_id::text || ':' || e.seq::text)::uuid,
        ep.id,
@@ -257,8 +260,7 @@ JOIN skiplock.task_events AS e ON e.task_id = w.task_id AND e.seq = w.seq
 JOIN skiplock.tasks AS t ON t.queue = e.queue AND t.id = e.task_id
 JOIN skiplock.webhook_endpoints AS ep
   ON ep.enabled AND ('task.' || e.type = ANY (ep.event_types) OR 'task.*' = ANY (ep.event_types))
-WHERE e.queue = ANY (%(queues)s::text[])
-  AND EXISTS (SELECT FROM skiplock.webhook_endpoints AS any_endpoint WHERE any_endpoint.enabled);
+WHERE e.queue = ANY (%(queues)s::text[]);
 
 -- name: routed_lease_tokens
 -- lease tokens for a claim of deliveries, taken on the coordinator: nextval() in an UPDATE of a

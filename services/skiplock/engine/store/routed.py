@@ -31,12 +31,13 @@ from ..model import BUSY, Claim, ClaimedTask, Settlement, TaskSpec
 from .connection import jsonb
 from .database import Database
 from .plans import Plan, _Query
+from .unique_inserts import keyed_plan
 from .plans import columns as _columns
 from .rows import rows_as
 
 log = logging.getLogger("skiplock.store")
 
-_UNSUPPORTED = (("unique", "unique windows"), ("debounce", "debounce"), ("depends_on", "depends_on"))
+_UNSUPPORTED = (("debounce", "debounce"), ("depends_on", "depends_on"))
 
 
 def _event_type(state: str, outcome: str) -> str:
@@ -127,7 +128,7 @@ class RoutedTasks:
     def _claim_one(self, conn, queue: str, limit: int, owner: str, lease_seconds: float,
                    kind_max_attempts: Mapping[str, int] | None) -> list[ClaimedTask]:
         with conn.transaction():
-            [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+            [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
             rows = [row._replace(waited_seconds=(now - row.waited_seconds).total_seconds())
                     for row in rows_as("routed_task_claim", ClaimedTask, conn.execute(
                         self.db.sql["routed_task_claim"], dict(
@@ -136,7 +137,8 @@ class RoutedTasks:
             if rows:
                 written = conn.execute(self.db.sql["routed_task_claim_events"],
                                        dict(queue=queue, owner=owner, ids=[r.id for r in rows])).fetchall()
-                self._outbox(conn, queue, written)
+                if outbox:
+                    self._outbox(conn, queue, written)
         return rows
 
     def _outbox(self, conn, queue: str, events: Sequence[tuple[uuid.UUID, int]]) -> None:
@@ -173,13 +175,14 @@ class RoutedTasks:
                     raise InvalidInput("a settlement on the distributed placement names its task's queue")
                 try:
                     with conn.transaction():
-                        [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                        [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
                         rows = conn.execute(self.db.sql["routed_task_settle"],
                                             dict(params_of(group), queue=queue, now=now)).fetchall()
                         if rows:
                             conn.execute(self.db.sql["routed_task_events"],
                                          dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
-                            self._outbox(conn, queue, [(r[0], r[2]) for r in rows])
+                            if outbox:
+                                self._outbox(conn, queue, [(r[0], r[2]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
                         raise  # the caller's own retry, as on one Postgres
@@ -198,7 +201,7 @@ class RoutedTasks:
             queues = [q for (q,) in conn.execute(self.db.sql["routed_expired_queues"]).fetchall()]
             for queue in queues:
                 with conn.transaction():
-                    [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                    [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
                     rows = conn.execute(self.db.sql["routed_task_reclaim_expired"], dict(
                         queue=queue, now=now, limit=limit, max_reclaims=max_reclaims)).fetchall()
                     if not rows:
@@ -207,7 +210,8 @@ class RoutedTasks:
                                "lease_token": r[5], "attempt": r[6],
                                "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}} for r in rows]
                     conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
-                    self._outbox(conn, queue, [(r[0], r[4]) for r in rows])
+                    if outbox:
+                        self._outbox(conn, queue, [(r[0], r[4]) for r in rows])
                     if any(r[2] == "queued" for r in rows):
                         conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
@@ -218,7 +222,7 @@ class RoutedTasks:
         """Retention, one queue after another until `limit` tasks are deleted."""
         deleted = 0
         with self.db.connection() as conn:
-            [(now,)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+            [(now, _)] = conn.execute(self.db.sql["routed_now"]).fetchall()
             before = now - dt.timedelta(seconds=older_than_seconds)
             queues = [q for (q,) in conn.execute(self.db.sql["routed_finished_queues"],
                                                  dict(state=state, before=before)).fetchall()]
@@ -231,24 +235,27 @@ class RoutedTasks:
 
 
 def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
-    """_insert_plan on the distributed placement: plain tasks and idempotency keys (unique within
-    their queue); their queued events and the wake-up written by the plan's own statements."""
+    """_insert_plan on the distributed placement: plain tasks, idempotency keys and unique windows
+    (each unique within its queue); the new tasks' queued events, outbox and wake-up written by the
+    plan's own statements."""
     if not specs:
         return []
     for attribute, what in _UNSUPPORTED:
         if any(getattr(s, attribute) for s in specs):
             raise InvalidInput(f"{what} do not run on a distributed (Citus) placement yet")
     ids = uuid7.many(len(specs), TaskId)
-    [(now,)] = yield _Query(sql["routed_now"], {})
+    [(now, outbox)] = yield _Query(sql["routed_now"], {})
+    if any(s.unique is not None for s in specs):
+        # the one-Postgres statements of unique windows run here as they are: their index holds the
+        # queue (placement.sql), and Citus routes what the insert's rows name
+        out = yield from keyed_plan(specs, ids, sql)
+        yield from _after_insert(sql, schema, [(out[i], s.queue) for i, s in enumerate(specs)
+                                               if getattr(out[i], "created", True)], due=None, outbox=outbox)
+        return out
     inserted = (yield _Query(sql["routed_task_insert"], dict(_columns(specs, ids), now=now)))
     new = {task_id for task_id, _, _ in inserted}
-    if new:
-        queues = sorted({q for _, q, _ in inserted})
-        yield _Query(sql["routed_task_queued_events"], {"queues": queues, "ids": sorted(new)})
-        yield _Query(sql["routed_outbox"], outbox_params(queues, [(task_id, 1) for task_id in sorted(new)]))
-        due = sorted({q for _, q, run_after in inserted if run_after <= now})
-        if due:
-            yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": due})
+    yield from _after_insert(sql, schema, [(task_id, queue) for task_id, queue, _ in inserted],
+                             due={q for _, q, run_after in inserted if run_after <= now}, outbox=outbox)
     keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in new]
     if keyed:
         found = {(q, k): i for q, k, i in (yield _Query(sql["routed_task_ids_by_idempotency_key"], {
@@ -261,6 +268,23 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
                              and specs[j].idempotency_key == specs[i].idempotency_key)
             ids[i] = existing_id(owner)
     return ids
+
+
+def _after_insert(sql: Mapping[str, str], schema: str, new: Sequence[tuple[uuid.UUID, str]],
+                  due: set[str] | None, outbox: bool) -> Plan:
+    """What the tasks_inserted trigger does on one Postgres, for the tasks (id, queue) just
+    inserted: their queued events, their webhook deliveries (`outbox`: an endpoint is enabled), and
+    the wake-up of the queues with a task due now (`due`; None: every queue of them)."""
+    if not new:
+        return
+    queues = sorted({queue for _, queue in new})
+    ids = sorted(task_id for task_id, _ in new)
+    yield _Query(sql["routed_task_queued_events"], {"queues": queues, "ids": ids})
+    if outbox:
+        yield _Query(sql["routed_outbox"], outbox_params(queues, [(task_id, 1) for task_id in ids]))
+    wake = queues if due is None else sorted(due)
+    if wake:
+        yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": wake})
 
 
 def specs_of(template: TaskSpec, payloads: Sequence[Any]) -> list[TaskSpec]:
