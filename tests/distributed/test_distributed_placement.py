@@ -18,6 +18,7 @@ import pytest
 import skiplock
 from skiplock.engine.model import Settlement
 from skiplock.engine.store import Store
+from tests.integration.test_unique import _run_threads
 from tests.support.harness import ROOT, SUPPORT_SCHEMA, child_environment, scalar, wait_for
 
 pytestmark = pytest.mark.xdist_group("citus")
@@ -156,20 +157,17 @@ def test_a_stale_outcome_after_a_reclaim_is_refused_and_the_new_claim_fences_it(
 
 
 def in_threads(enqueue_all, threads: int = 8) -> list:
-    """Every id `enqueue_all(thread)` returned, run in `threads` threads at once."""
+    """Every id `enqueue_all(thread)` returned, run in `threads` threads released at once
+    (test_unique's runner), none failing."""
     found: list = []
     lock = threading.Lock()
 
-    def run(thread: int) -> None:
+    def collect(thread: int) -> None:
         mine = enqueue_all(thread)
         with lock:
             found.extend(mine)
 
-    started = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
-    for thread in started:
-        thread.start()
-    for thread in started:
-        thread.join(60)
+    assert _run_threads(collect, threads) == []
     return found
 
 
