@@ -58,12 +58,12 @@ def test_the_placement_distributes_by_queue_and_makes_the_small_tables_reference
     url, db = distributed
     kinds = dict(db.execute("SELECT table_name::text, citus_table_type FROM citus_tables "
                             "WHERE table_name::text LIKE 'skiplock.%%'").fetchall())
-    assert {name for name, kind in kinds.items() if kind == "distributed"} == \
-        {"skiplock.tasks", "skiplock.task_events", "skiplock.task_steps"}
+    distributed_tables = ("skiplock.tasks", "skiplock.task_events", "skiplock.task_steps", "skiplock.task_dependencies")
+    assert {name for name, kind in kinds.items() if kind == "distributed"} == set(distributed_tables)
     assert sum(1 for kind in kinds.values() if kind == "reference") == 13
-    # colocated: a queue's task, events and steps on one shard group
-    assert scalar(db, "SELECT count(DISTINCT colocation_id) FROM citus_tables WHERE table_name::text IN "
-                      "('skiplock.tasks', 'skiplock.task_events', 'skiplock.task_steps')") == 1
+    # colocated: a queue's tasks, events, steps and the edges from its tasks on one shard group
+    assert scalar(db, "SELECT count(DISTINCT colocation_id) FROM citus_tables WHERE table_name::text = ANY(%s)",
+                  (list(distributed_tables),)) == 1
     shards_per_node = dict(db.execute("SELECT nodeport, count(*) FROM citus_shards "
                                       "WHERE table_name = 'skiplock.tasks'::regclass GROUP BY nodeport").fetchall())
     assert sorted(shards_per_node) == sorted(node.port for node in citus.nodes)
@@ -183,12 +183,16 @@ def test_concurrent_enqueues_of_ten_idempotency_keys_make_ten_tasks(distributed)
 
 
 def test_what_does_not_run_on_this_placement_yet_is_refused_in_one_line(distributed):
-    url, _ = distributed
+    url, conn = distributed
     parent = skiplock.enqueue(url, "t.record", {}, queue="refused")
-    with pytest.raises(skiplock.InvalidInput, match=r"^depends_on do not run on a distributed \(Citus\) placement yet$"):
-        skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent])
-    with pytest.raises(skiplock.InvalidInput, match=r"^debounce do not run on a distributed"):
+    with pytest.raises(skiplock.InvalidInput, match=r"^debounce do not run on a distributed \(Citus\) placement yet$"):
         skiplock.enqueue(url, "t.record", {}, queue="refused", debounce=skiplock.Debounce(key="k", delay=1))
+    with pytest.raises(skiplock.InvalidInput, match=r"^unique does not combine with depends_on$"):
+        skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent], unique=skiplock.Unique())
+    with pytest.raises(skiplock.InvalidInput, match=r"^depends_on: no task 00000000-0000-0000-0000-000000000000 "):
+        skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=["00000000-0000-0000-0000-000000000000"])
+    # nothing of the refused enqueues was written
+    assert scalar(conn, "SELECT count(*) FROM skiplock.tasks WHERE queue = 'refused'") == 1
 
 
 def test_concurrent_enqueues_of_ten_unique_keys_make_ten_tasks_with_their_events(distributed):

@@ -186,7 +186,7 @@ def apply(url: str, schema: str = "skiplock") -> list[Migration]:
 _REFERENCE_TABLES = ("pauses", "limits", "limit_groups", "queue_kinds", "schedules", "schedule_fires", "workers",
                     "webhook_endpoints", "signals", "audit_log", "console_sessions_ended",
                     "console_token_sign_outs", "auth_failures")
-_KEY_CHANGES = ("placement_drop_triggers", "placement_drop_dependency_keys", "placement_task_keys",
+_KEY_CHANGES = ("placement_drop_triggers", "placement_dependency_keys", "placement_task_keys",
                 "placement_functions")
 # distributed by queue next to their tasks, each with the rest of its primary key
 _COLOCATED_KEYS = {"task_events": "task_id, seq", "task_steps": "task_id, position"}
@@ -216,7 +216,8 @@ def distribute(url: str, schema: str = "skiplock") -> bool:
                 # each table once: a placement cut off halfway is resumed where it stopped
                 for step, tables in (("placement_reference_tables", _REFERENCE_TABLES),
                                      ("placement_distribute_tasks", ("tasks",)),
-                                     ("placement_distribute_colocated", tuple(_COLOCATED_KEYS))):
+                                     ("placement_distribute_colocated", tuple(_COLOCATED_KEYS)),
+                                     ("placement_distribute_dependencies", ("task_dependencies",))):
                     for table in tables:
                         name = {"table": f"{schema}.{table}"}
                         if not conn.execute(sql["placement_table_distributed"], name).fetchone()[0]:

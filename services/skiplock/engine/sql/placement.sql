@@ -35,11 +35,27 @@ SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %(t
 DROP TRIGGER IF EXISTS tasks_inserted ON skiplock.tasks;
 DROP TRIGGER IF EXISTS tasks_watched ON skiplock.tasks;
 
--- name: placement_drop_dependency_keys
--- A child and its parent may live in different queues, so on different nodes.
+-- name: placement_dependency_keys
+-- A dependent and its parent may live in different queues, so on different nodes: no foreign
+-- keys. An edge lives on its parent's shard (distributed by parent_queue), where the walk from a
+-- parent's change of state reads it; it carries its dependent's queue, which routes the
+-- dependent's update (store/routed_graph.py).
 ALTER TABLE skiplock.task_dependencies
     DROP CONSTRAINT IF EXISTS task_dependencies_task_id_fkey,
-    DROP CONSTRAINT IF EXISTS task_dependencies_parent_id_fkey;
+    DROP CONSTRAINT IF EXISTS task_dependencies_parent_id_fkey,
+    ADD COLUMN parent_queue text,
+    ADD COLUMN queue text;
+UPDATE skiplock.task_dependencies AS d SET parent_queue = p.queue FROM skiplock.tasks AS p WHERE p.id = d.parent_id;
+UPDATE skiplock.task_dependencies AS d SET queue = c.queue FROM skiplock.tasks AS c WHERE c.id = d.task_id;
+DELETE FROM skiplock.task_dependencies WHERE parent_queue IS NULL OR queue IS NULL;
+ALTER TABLE skiplock.task_dependencies
+    ALTER COLUMN parent_queue SET NOT NULL,
+    ALTER COLUMN queue SET NOT NULL,
+    DROP CONSTRAINT task_dependencies_pkey,
+    ADD CONSTRAINT task_dependencies_pkey PRIMARY KEY (parent_queue, parent_id, task_id);
+DROP INDEX skiplock.task_dependencies_parent;
+-- ctx.parents() reads a dependent's edges by its id, on every shard
+CREATE INDEX task_dependencies_task ON skiplock.task_dependencies (task_id);
 
 -- name: placement_task_keys
 ALTER TABLE skiplock.tasks DROP CONSTRAINT tasks_pkey;
@@ -79,3 +95,6 @@ SELECT create_distributed_table('skiplock.tasks', 'queue');
 
 -- name: placement_distribute_colocated
 SELECT create_distributed_table(%(table)s, 'queue', colocate_with => 'skiplock.tasks');
+
+-- name: placement_distribute_dependencies
+SELECT create_distributed_table(%(table)s, 'parent_queue', colocate_with => 'skiplock.tasks');

@@ -26,13 +26,179 @@ FROM {{_task_insert_arrays}}
 ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, queue, run_after;
 
--- name: routed_task_queued_events
--- the 'queued' event of each task just inserted (what the tasks_inserted trigger writes on one
--- Postgres): an INSERT ... SELECT between colocated tables, run on each queue's shard
+-- name: routed_task_inserted_events
+-- the first event of each task just inserted, named after its first state (what the
+-- tasks_inserted trigger writes on one Postgres): an INSERT ... SELECT between colocated tables,
+-- run on each queue's shard
 INSERT INTO skiplock.task_events (queue, task_id, seq, type, attempt)
-SELECT t.queue, t.id, 1, 'queued', 0
+SELECT t.queue, t.id, 1, t.state, 0
 FROM skiplock.tasks AS t
 WHERE t.queue = ANY (%(queues)s::text[]) AND t.id = ANY (%(ids)s::uuid[]);
+
+-- name: routed_task_insert_dependent
+-- task_insert_dependent with keys unique within their queue (routed_task_insert's changes)
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     trace_context, state, waiting_on, failed_parents, on_parent_failure, cancelled_by_parent, finished_at, last_error)
+SELECT id, kind, queue, priority, payload, max_attempts,
+       coalesce(run_at, %(now)s::timestamptz + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1,
+       concurrency_key, trace_context, state, waiting_on, failed_parents, on_parent_failure, state = 'cancelled',
+       CASE WHEN state = 'cancelled' THEN %(now)s::timestamptz END, last_error
+FROM {{_task_insert_dependent_arrays}}
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, queue, run_after, state;
+
+-- name: routed_task_queues
+-- the queue of each task of `ids` that exists (a read of every shard: an id names no queue; a
+-- task's queue never changes, so what this reads routes the statements that follow)
+SELECT id, queue FROM skiplock.tasks WHERE id = ANY (%(ids)s::uuid[]);
+
+-- name: routed_task_parents_watch
+-- task_parents_watch for the parents in one queue: locked in id order, marked watched (from now on
+-- a change of their state is walked to their dependents by the store: store/routed_graph.py),
+-- their states as locked
+WITH locked AS MATERIALIZED (
+    SELECT id, state, watched FROM skiplock.tasks
+    WHERE queue = %(queue)s AND id = ANY (%(ids)s::uuid[])
+    ORDER BY id
+    FOR UPDATE
+), marked AS (
+    UPDATE skiplock.tasks AS t
+    SET watched = true
+    FROM locked AS p
+    WHERE t.queue = %(queue)s AND t.id = p.id AND NOT p.watched
+)
+SELECT id, state FROM locked;
+
+-- name: routed_task_dependencies_insert
+-- the edges, each on its parent's shard (placement.sql distributes them by the parent's queue)
+INSERT INTO skiplock.task_dependencies (parent_queue, parent_id, queue, task_id)
+SELECT * FROM unnest(%(parent_queues)s::text[], %(parent_ids)s::uuid[], %(queues)s::text[], %(task_ids)s::uuid[])
+ON CONFLICT DO NOTHING;
+
+-- name: routed_task_dependents
+-- the dependents of one task, from its own shard, in id order
+SELECT queue, task_id FROM skiplock.task_dependencies
+WHERE parent_queue = %(queue)s AND parent_id = %(id)s
+ORDER BY task_id;
+
+-- name: routed_dependents_update
+-- What a parent's change of finality does to its dependents in one queue (the dependency walk of
+-- migration 0019, a queue's dependents at a time): the counters move by the deltas under the
+-- dependents' row locks, taken in id order; a waiting dependent is queued when none is left, or
+-- cancelled by a failed parent; one cancelled by a parent comes back when its parent is resumed.
+-- Each row with the state it left, so the store writes the events of those that changed.
+WITH locked AS MATERIALIZED (
+    SELECT t.id, t.state, t.waiting_on + %(waiting_delta)s AS waiting_on,
+           t.failed_parents + %(failed_delta)s AS failed_parents, t.on_parent_failure, t.cancelled_by_parent
+    FROM skiplock.tasks AS t
+    WHERE t.queue = %(queue)s AND t.id = ANY (%(ids)s::uuid[])
+    ORDER BY t.id
+    FOR UPDATE
+), decided AS (
+    SELECT l.*,
+           CASE
+               WHEN l.state = 'waiting' AND l.failed_parents > 0 AND l.on_parent_failure = 'cancel' THEN 'cancelled'
+               WHEN l.state = 'waiting' AND l.waiting_on = 0 THEN 'queued'
+               WHEN l.state = 'cancelled' AND l.cancelled_by_parent AND l.failed_parents = 0
+                   THEN CASE WHEN l.waiting_on = 0 THEN 'queued' ELSE 'waiting' END
+               ELSE l.state
+           END AS new_state
+    FROM locked AS l
+)
+UPDATE skiplock.tasks AS t
+SET waiting_on = d.waiting_on,
+    failed_parents = d.failed_parents,
+    state = d.new_state,
+    cancelled_by_parent = (d.new_state = 'cancelled' AND d.state = 'waiting')
+                          OR (d.cancelled_by_parent AND d.new_state = 'cancelled'),
+    run_after = CASE WHEN d.new_state = 'queued' AND d.state <> 'queued' THEN %(now)s::timestamptz
+                     ELSE t.run_after END,
+    finished_at = CASE WHEN d.new_state = 'cancelled' AND t.finished_at IS NULL THEN %(now)s::timestamptz
+                       WHEN d.new_state IN ('waiting', 'queued') THEN NULL ELSE t.finished_at END,
+    last_error = CASE WHEN d.new_state = 'cancelled' AND d.state = 'waiting' THEN %(error)s ELSE t.last_error END,
+    updated_at = CASE WHEN d.new_state <> d.state THEN %(now)s::timestamptz ELSE t.updated_at END,
+    event_seq = t.event_seq + (d.new_state <> d.state)::integer
+FROM decided AS d
+WHERE t.queue = %(queue)s AND t.id = d.id
+RETURNING t.id, d.state, t.state, t.event_seq, t.watched;
+
+-- name: routed_task_parents
+-- task_parents: the edges joined to their parents on the parents' shards
+SELECT t.id, t.kind, t.state, t.result, t.last_error
+FROM skiplock.task_dependencies AS d
+JOIN skiplock.tasks AS t ON t.queue = d.parent_queue AND t.id = d.parent_id
+WHERE d.task_id = %(id)s
+ORDER BY d.parent_id
+LIMIT %(limit)s;
+
+-- name: routed_task_watch
+-- task_watch on the task's shard: its changes of state are walked from now on (skiplock.wait)
+UPDATE skiplock.tasks SET watched = true WHERE queue = %(queue)s AND id = %(id)s RETURNING state;
+
+-- name: routed_finished_notify
+-- what skiplock.wait() listens for (the tasks_watched trigger's notification on one Postgres): a
+-- watched task's id when it ends, sent from the coordinator at commit
+SELECT pg_notify(%(channel)s, id::text) FROM unnest(%(ids)s::uuid[]) AS id;
+
+-- name: routed_task_cancel
+-- _task_cancel_ctes for tasks of one queue: a queued or waiting task cancelled at once, a running
+-- one asked to stop. Each with the state it left (its event is written by routed_task_events).
+WITH targets AS MATERIALIZED (
+    SELECT id, state FROM skiplock.tasks
+    WHERE queue = %(queue)s AND id = ANY (%(ids)s::uuid[]) AND state IN ('waiting', 'queued', 'running')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE skiplock.tasks AS t
+SET state = CASE WHEN t.state IN ('queued', 'waiting') THEN 'cancelled' ELSE 'cancelling' END,
+    finished_at = CASE WHEN t.state IN ('queued', 'waiting') THEN %(now)s::timestamptz END,
+    cancelled_by_parent = false,
+    updated_at = %(now)s::timestamptz,
+    event_seq = t.event_seq + 1
+FROM targets
+WHERE t.queue = %(queue)s AND t.id = targets.id
+RETURNING t.id, targets.state, t.state, t.event_seq, t.watched, t.lease_token, t.attempts;
+
+-- name: routed_task_resume
+-- _task_resume_ctes for tasks of one queue (a unique key's other holder is looked for in the queue:
+-- keys are unique within their queue here)
+WITH targets AS MATERIALIZED (
+    SELECT id, state FROM skiplock.tasks
+    WHERE queue = %(queue)s AND id = ANY (%(ids)s::uuid[]) AND state IN ('failed', 'cancelled')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE skiplock.tasks AS t
+SET state = CASE WHEN t.waiting_on > 0 THEN 'waiting' ELSE 'queued' END, cancelled_by_parent = false,
+    limited = false, attempts = 0, reclaims = 0, run_after = %(now)s::timestamptz, finished_at = NULL,
+    updated_at = %(now)s::timestamptz, event_seq = t.event_seq + 1
+FROM targets
+WHERE t.queue = %(queue)s AND t.id = targets.id
+  AND (t.unique_key IS NULL OR t.state = ANY (t.unique_states) OR NOT EXISTS (
+      SELECT FROM skiplock.tasks AS h
+      WHERE h.queue = %(queue)s AND h.unique_key = t.unique_key AND h.state = ANY (h.unique_states)
+        AND h.id <> t.id))
+RETURNING t.id, targets.state, t.state, t.event_seq, t.watched;
+
+-- name: routed_task_targets
+-- a bulk action's batch: up to `limit` tasks of the filter in `states`, oldest first, with their
+-- queues, after the previous batch's last id (a read of every shard; the routed action locks
+-- them and checks their state again)
+SELECT queue, id FROM skiplock.tasks
+WHERE state = ANY (%(states)s::text[]) AND {{_task_filter}}
+  AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: routed_queue_kinds
+-- the queues and kinds tasks are enqueued with, for the filters and the console (what the
+-- tasks_inserted trigger records on one Postgres); a reference table, so only the pairs it does
+-- not hold yet are written (a write there commits on every node)
+INSERT INTO skiplock.queue_kinds (queue, kind)
+SELECT n.queue, n.kind FROM unnest(%(queues)s::text[], %(kinds)s::text[]) AS n(queue, kind)
+WHERE NOT EXISTS (SELECT FROM skiplock.queue_kinds AS x WHERE x.queue = n.queue AND x.kind = n.kind)
+ON CONFLICT DO NOTHING;
 
 -- name: routed_task_ids_by_idempotency_key
 SELECT queue, idempotency_key, id
@@ -99,7 +265,8 @@ RETURNING t.id, t.state;
 
 -- name: routed_task_settle
 -- task_settle for one queue's outcomes: completed | failed | retry | step | released. A claim whose
--- fence fails is left out of the result, as in task_settle. A suspension (durable execution) is
+-- fence fails is left out of the result, as in task_settle. Each row with the state it left and
+-- whether it is watched, for the dependency walk (store/routed_graph.py). A suspension (durable execution) is
 -- not run on this placement yet: it fails its task with that reason.
 WITH settle_input AS (
     SELECT *
@@ -108,7 +275,7 @@ WITH settle_input AS (
              progress real, message text, deadline_seconds float8, kind_max_attempts integer,
              traceback text)
 ), decided AS (
-    SELECT i.id, i.outcome, i.result, i.cursor, i.progress, i.message, i.delay, i.traceback,
+    SELECT i.id, i.outcome, i.result, i.cursor, i.progress, i.message, i.delay, i.traceback, t.state AS old_state,
            CASE WHEN i.outcome = 'suspend'
                 THEN 'durable execution does not run on a distributed placement yet' ELSE i.error END AS error,
            t.attempts AS attempt,
@@ -145,7 +312,8 @@ SET state = d.new_state,
     event_seq = t.event_seq + 1
 FROM decided AS d
 WHERE t.queue = %(queue)s AND t.id = d.id
-RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay, d.traceback;
+RETURNING t.id, t.state, t.event_seq, t.lease_token, d.attempt, d.outcome, d.error, d.delay, d.traceback,
+          d.old_state, t.watched;
 
 -- name: routed_task_events
 -- the events of the transitions just written (settle, reclaim), given as one JSON array
@@ -161,7 +329,7 @@ SELECT DISTINCT queue FROM skiplock.tasks WHERE state IN ('running', 'cancelling
 -- name: routed_task_reclaim_expired
 -- task_reclaim_expired for one queue
 WITH expired AS (
-    SELECT id
+    SELECT id, state
     FROM skiplock.tasks
     WHERE queue = %(queue)s AND state IN ('running', 'cancelling') AND lease_until < %(now)s::timestamptz
     ORDER BY lease_until
@@ -191,7 +359,8 @@ SET state = CASE
     event_seq = t.event_seq + 1
 FROM expired
 WHERE t.queue = %(queue)s AND t.id = expired.id
-RETURNING t.id, t.queue, t.state, t.kind, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error;
+RETURNING t.id, t.queue, t.state, t.kind, t.event_seq, t.lease_token, t.attempts, t.reclaims, t.last_error,
+          expired.state, t.watched;
 
 -- name: routed_task_get
 -- task_get by id alone (a read of every shard: an id names no queue), then the traceback from the

@@ -83,7 +83,14 @@ SELECT id, kind, queue, priority, payload, max_attempts,
        coalesce(run_at, now() + coalesce(delay, 0) * interval '1 second'), idempotency_key, 1, concurrency_key,
        trace_context, state, waiting_on, failed_parents, on_parent_failure, state = 'cancelled',
        CASE WHEN state = 'cancelled' THEN now() END, last_error
-FROM unnest(
+FROM {{_task_insert_dependent_arrays}}
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: _task_insert_dependent_arrays
+-- the tasks with parents to insert as rows of the parallel arrays (task_insert_dependent,
+-- routed_task_insert_dependent)
+unnest(
     %(ids)s::uuid[], %(kinds)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
     %(payloads)s::jsonb[], %(max_attempts)s::integer[], %(delays)s::float8[],
     %(run_ats)s::timestamptz[], %(idempotency_keys)s::text[], %(concurrency_keys)s::text[],
@@ -91,8 +98,6 @@ FROM unnest(
     %(on_parent_failures)s::text[], %(last_errors)s::text[]
 ) AS i(id, kind, queue, priority, payload, max_attempts, delay, run_at, idempotency_key, concurrency_key,
        trace_context, state, waiting_on, failed_parents, on_parent_failure, last_error)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
 
 -- name: task_dependencies_insert
 INSERT INTO skiplock.task_dependencies (task_id, parent_id)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from ..errors import SkiplockError
-from ..model import TaskSpec
+from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec
 from .connection import jsonb
 from .translation import translated_errors
 
@@ -139,3 +139,22 @@ def columns(specs: Sequence[TaskSpec], ids: list[uuid.UUID]) -> dict:
         run_ats=[s.run_at for s in specs], idempotency_keys=[s.idempotency_key for s in specs],
         concurrency_keys=[s.concurrency_key for s in specs],
         trace_contexts=[jsonb(s.trace_context) for s in specs])
+
+
+def dependent_columns(specs: Sequence[TaskSpec], states: dict[uuid.UUID, str]) -> dict[str, list]:
+    """The first state and counters of each task with parents, from its parents' `states` (as
+    locked): 'waiting' while any is not final, 'queued' once all are, 'cancelled' with a failed or
+    cancelled parent and on_parent_failure 'cancel'; the columns task_insert_dependent adds to
+    columns()."""
+    out: dict[str, list] = {k: [] for k in ("states", "waiting_on", "failed_parents", "last_errors",
+                                            "on_parent_failures")}
+    for s in specs:
+        waiting = [p for p in s.depends_on if states[p] not in FINISHED_STATES]
+        failed = [p for p in s.depends_on if states[p] in (FAILED, CANCELLED)]
+        if failed and s.on_parent_failure == "cancel":
+            state, error = CANCELLED, f"parent {failed[0]} ended {states[failed[0]]}"
+        else:
+            state, error = (WAITING if waiting else QUEUED), None
+        for key, value in zip(out, (state, len(waiting), len(failed), error, s.on_parent_failure)):
+            out[key].append(value)
+    return out

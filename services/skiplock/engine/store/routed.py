@@ -30,14 +30,16 @@ from ..ids import TaskId, existing_id, uuid7
 from ..model import BUSY, Claim, ClaimedTask, Settlement, TaskSpec
 from .connection import jsonb
 from .database import Database
-from .plans import Plan, _Query
+from .plans import Plan, _Idle, _Query, _unit
+from . import routed_graph
+from .routed_graph import Transition
 from .unique_inserts import keyed_plan
 from .plans import columns as _columns
 from .rows import rows_as
 
 log = logging.getLogger("skiplock.store")
 
-_UNSUPPORTED = (("debounce", "debounce"), ("depends_on", "depends_on"))
+_UNSUPPORTED = (("debounce", "debounce"),)
 
 
 def _event_type(state: str, outcome: str) -> str:
@@ -48,7 +50,7 @@ def _event_type(state: str, outcome: str) -> str:
 
 
 def _settle_event(row: tuple) -> dict:
-    task_id, state, seq, token, attempt, outcome, error, delay, traceback = row
+    task_id, state, seq, token, attempt, outcome, error, delay, traceback = row[:9]
     data = None
     if error is not None or outcome != "completed":
         data = {k: v for k, v in (("outcome", outcome), ("error", error), ("traceback", traceback),
@@ -179,10 +181,8 @@ class RoutedTasks:
                         rows = conn.execute(self.db.sql["routed_task_settle"],
                                             dict(params_of(group), queue=queue, now=now)).fetchall()
                         if rows:
-                            conn.execute(self.db.sql["routed_task_events"],
-                                         dict(queue=queue, events=Jsonb([_settle_event(r) for r in rows])))
-                            if outbox:
-                                self._outbox(conn, queue, [(r[0], r[2]) for r in rows])
+                            self._written(conn, queue, now, outbox, [_settle_event(r) for r in rows], woken=False,
+                                          transitions=[Transition(r[0], queue, r[9], r[1], r[10]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
                         raise  # the caller's own retry, as on one Postgres
@@ -209,14 +209,52 @@ class RoutedTasks:
                     events = [{"id": r[0].hex, "seq": r[4], "type": "reclaimed" if r[2] == "queued" else r[2],
                                "lease_token": r[5], "attempt": r[6],
                                "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}} for r in rows]
-                    conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
-                    if outbox:
-                        self._outbox(conn, queue, [(r[0], r[4]) for r in rows])
-                    if any(r[2] == "queued" for r in rows):
-                        conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
+                    self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
+                                  transitions=[Transition(r[0], queue, r[9], r[2], r[10]) for r in rows])
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
         return reclaimed
 
+    def _written(self, conn, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
+                 transitions: Sequence[Transition]) -> None:
+        """What follows one queue's transitions in their transaction: their events, the outbox
+        (`outbox`: an endpoint is enabled), the queue's wake-up (`woken`: a task was queued) and
+        the walk to the dependents of the tasks that changed."""
+        conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
+        if outbox:
+            self._outbox(conn, queue, [(uuid.UUID(e["id"]), e["seq"]) for e in events])
+        if woken:
+            conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
+        routed_graph.walk(conn, self.db.sql, self.db.schema, now, outbox, transitions)
+
+    # -- operator actions: cancel and resume, each queue's tasks in a transaction of its own
+    def act(self, action: str, targets: Sequence[tuple[str, uuid.UUID]], data: Any = None) -> list[tuple[uuid.UUID, str]]:
+        """Cancel ("cancel") or resume ("resume") the tasks of `targets` [(queue, id)], as
+        task_cancel and task_resume do on one Postgres: each changed task's event, the wake-up of
+        its queue, the walk to its dependents. [(id, the state it took)] of those that changed."""
+        changed: list[tuple[uuid.UUID, str]] = []
+        with self.db.connection() as conn:
+            for queue, group in _by_queue(targets, lambda target: target[0]).items():
+                with conn.transaction():
+                    [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                    rows = conn.execute(self.db.sql[f"routed_task_{action}"], dict(
+                        queue=queue, ids=sorted(task_id for _, task_id in group), now=now)).fetchall()
+                    if not rows:
+                        continue
+                    if action == "cancel":
+                        events = [{"id": r[0].hex, "seq": r[3], "type": r[2], "lease_token": r[5], "attempt": r[6],
+                                   "data": data} for r in rows]
+                    else:
+                        events = [{"id": r[0].hex, "seq": r[3], "type": "resumed", "attempt": 0, "data": data}
+                                  for r in rows]
+                    self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
+                                  transitions=[Transition(r[0], queue, r[1], r[2], r[4]) for r in rows])
+                changed.extend((r[0], r[2]) for r in rows)
+        return changed
+
+    def targets(self, ids: Sequence[uuid.UUID]) -> list[tuple[str, uuid.UUID]]:
+        """[(queue, id)] of the tasks of `ids` that exist."""
+        rows = self.db.fetch("routed_task_queues", {"ids": list(ids)})
+        return [(queue, task_id) for task_id, queue in rows]
 
     def delete_finished(self, state: str, older_than_seconds: float, limit: int) -> int:
         """Retention, one queue after another until `limit` tasks are deleted."""
@@ -243,8 +281,27 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
     for attribute, what in _UNSUPPORTED:
         if any(getattr(s, attribute) for s in specs):
             raise InvalidInput(f"{what} do not run on a distributed (Citus) placement yet")
+    # several statements: a transaction of their own on an idle autocommit connection; in the
+    # caller's transaction a savepoint where one Postgres takes one too (dependencies and unique
+    # windows), none for plain tasks, as the one-statement insert there (the API tells a task it
+    # inserted by the row's xmin, its own transaction's id)
+    if any(s.depends_on or s.unique is not None for s in specs) or (yield _Idle()):
+        return (yield from _unit(_routed_insert(specs, sql, schema), one_statement=False))
+    return (yield from _routed_insert(specs, sql, schema))
+
+
+def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
     ids = uuid7.many(len(specs), TaskId)
     [(now, outbox)] = yield _Query(sql["routed_now"], {})
+    pairs = sorted({(s.queue, s.kind) for s in specs})
+    yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs], "kinds": [k for _, k in pairs]})
+    if any(s.depends_on for s in specs):
+        inserted = yield from routed_graph.dependent_plan(specs, ids, sql, schema, now)
+        new = {task_id for task_id, _, _, _ in inserted}
+        yield from _after_insert(sql, schema, [(task_id, queue) for task_id, queue, _, _ in inserted],
+                                 due={q for _, q, run_after, state in inserted if state == "queued" and run_after <= now},
+                                 outbox=outbox)
+        return (yield from _keyed_owners(specs, ids, new, sql))
     if any(s.unique is not None for s in specs):
         # the one-Postgres statements of unique windows run here as they are: their index holds the
         # queue (placement.sql), and Citus routes what the insert's rows name
@@ -256,6 +313,11 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
     new = {task_id for task_id, _, _ in inserted}
     yield from _after_insert(sql, schema, [(task_id, queue) for task_id, queue, _ in inserted],
                              due={q for _, q, run_after in inserted if run_after <= now}, outbox=outbox)
+    return (yield from _keyed_owners(specs, ids, new, sql))
+
+
+def _keyed_owners(specs: Sequence[TaskSpec], ids: list, new: set, sql: Mapping[str, str]) -> Plan:
+    """`ids` with each spec whose idempotency key was taken (not in `new`) given the key's owner."""
     keyed = [i for i, s in enumerate(specs) if s.idempotency_key is not None and ids[i] not in new]
     if keyed:
         found = {(q, k): i for q, k, i in (yield _Query(sql["routed_task_ids_by_idempotency_key"], {
@@ -273,13 +335,13 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
 def _after_insert(sql: Mapping[str, str], schema: str, new: Sequence[tuple[uuid.UUID, str]],
                   due: set[str] | None, outbox: bool) -> Plan:
     """What the tasks_inserted trigger does on one Postgres, for the tasks (id, queue) just
-    inserted: their queued events, their webhook deliveries (`outbox`: an endpoint is enabled), and
+    inserted: their first events, their webhook deliveries (`outbox`: an endpoint is enabled), and
     the wake-up of the queues with a task due now (`due`; None: every queue of them)."""
     if not new:
         return
     queues = sorted({queue for _, queue in new})
     ids = sorted(task_id for task_id, _ in new)
-    yield _Query(sql["routed_task_queued_events"], {"queues": queues, "ids": ids})
+    yield _Query(sql["routed_task_inserted_events"], {"queues": queues, "ids": ids})
     if outbox:
         yield _Query(sql["routed_outbox"], outbox_params(queues, [(task_id, 1) for task_id in ids]))
     wake = queues if due is None else sorted(due)

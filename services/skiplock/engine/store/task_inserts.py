@@ -23,12 +23,12 @@ import psycopg
 from .. import queries
 from ..errors import InvalidInput, MigrationError
 from ..ids import TaskId, existing_id, uuid7
-from ..model import CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, TaskSpec
+from ..model import TaskSpec
 from .connection import jsonb
 from .copy import COPY_THRESHOLD, copy_line, copy_pieces, pieces
 # _Query, _run, _run_async and _unit are named here too: signal_sends.py imports them from here
 from .plans import Plan, _Copy, _Idle, _Query, _RawJson, _run, _run_async, _unit  # noqa: F401
-from .plans import columns as _columns
+from .plans import columns as _columns, dependent_columns
 from . import routed
 from .unique_inserts import keyed_plan
 
@@ -97,18 +97,8 @@ def _dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: dict[s
     missing = [p for p in parents if p not in states]
     if missing:
         raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
-    columns: dict[str, list] = {k: [] for k in ("states", "waiting_on", "failed_parents", "last_errors")}
-    for s in specs:
-        waiting = [p for p in s.depends_on if states[p] not in FINISHED_STATES]
-        failed = [p for p in s.depends_on if states[p] in (FAILED, CANCELLED)]
-        if failed and s.on_parent_failure == "cancel":
-            state, error = CANCELLED, f"parent {failed[0]} ended {states[failed[0]]}"
-        else:
-            state, error = (WAITING if waiting else QUEUED), None
-        for key, value in zip(columns, (state, len(waiting), len(failed), error)):
-            columns[key].append(value)
     inserted = [row[0] for row in (yield _Query(sql["task_insert_dependent"], dict(
-        _columns(specs, ids), on_parent_failures=[s.on_parent_failure for s in specs], **columns)))]
+        _columns(specs, ids), **dependent_columns(specs, states))))]
     new = set(inserted)
     if len(inserted) < len(specs):
         # a taken idempotency key: the existing task stands, with the parents it has

@@ -215,7 +215,8 @@ class TaskStore:
 
     def task_parents(self, task_id: uuid.UUID, limit: int = 1000) -> list[Parent]:
         """The task's parents with their state, result and last error (ctx.parents())."""
-        return [Parent(*row) for row in self.db.fetch("task_parents", {"id": task_id, "limit": limit})]
+        statement = "routed_task_parents" if self.db.distributed else "task_parents"
+        return [Parent(*row) for row in self.db.fetch(statement, {"id": task_id, "limit": limit})]
 
     def task_outcomes(self, ids: Sequence[uuid.UUID], conn: psycopg.Connection | None = None) -> list[Parent]:
         """The tasks of `ids` as parents (ctx.wait_for_tasks), on `conn` if given (a run's own
@@ -258,7 +259,10 @@ class TaskStore:
     # -- operator actions
     def task_cancel(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
         task_id = _parse_id(task_id)
-        rows = self.db.fetch("task_cancel", {"id": task_id, "data": jsonb(data)})
+        if self.db.distributed:
+            rows = self._routed.act("cancel", self._routed.targets([task_id]), data)
+        else:
+            rows = self.db.fetch("task_cancel", {"id": task_id, "data": jsonb(data)})
         if rows:
             return rows[0][1]
         state = self.task_get(task_id).state  # raises TaskNotFound
@@ -269,7 +273,10 @@ class TaskStore:
 
     def task_resume(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
         task_id = _parse_id(task_id)
-        rows = self.db.fetch("task_resume", {"id": task_id, "data": jsonb(data), "channel": self.db.channel})
+        if self.db.distributed:
+            rows = self._routed.act("resume", self._routed.targets([task_id]), data)
+        else:
+            rows = self.db.fetch("task_resume", {"id": task_id, "data": jsonb(data), "channel": self.db.channel})
         if rows:
             return rows[0][1]
         state = self.task_get(task_id).state
@@ -282,10 +289,14 @@ class TaskStore:
     def task_cancel_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
         """Cancel up to `limit` queued or running tasks of `task_filter` (the keyword arguments of
         task_list but cursor and limit), as task_cancel does each; returns how many changed."""
+        if self.db.distributed:
+            return self._routed_many("cancel", ("waiting", "queued", "running"), task_filter, limit, data, **batching)
         return self._many("task_cancel_many", {**task_filter, "data": jsonb(data)}, limit, **batching)
 
     def task_retry_many(self, task_filter: dict, limit: int, data: dict | None = None, **batching) -> int:
         """Resume up to `limit` failed or cancelled tasks of `task_filter`, as task_resume does each."""
+        if self.db.distributed:
+            return self._routed_many("resume", (FAILED, CANCELLED), task_filter, limit, data, **batching)
         return self._many("task_retry_many", {**task_filter, "data": jsonb(data), "channel": self.db.channel},
                           limit, **batching)
 
@@ -311,6 +322,25 @@ class TaskStore:
                     last(self._store_on(tx), total)
             if done:
                 return total
+
+    def _routed_many(self, action: str, states: Sequence[str], task_filter: dict, limit: int, data: dict | None,
+                     *, batch_size: int = 500, last: Callable[[Any, int], None] | None = None) -> int:
+        """_many on the distributed placement: each batch's tasks read with their queues, then
+        cancelled or resumed a queue at a time (RoutedTasks.act); `last` in a transaction of its
+        own after the last batch."""
+        params = {**task_filter, "ids": _id_list(task_filter.get("ids")), "states": list(states)}
+        total, after = 0, None
+        while True:
+            size = min(batch_size, limit - total)
+            targets = self.db.fetch("routed_task_targets", {**params, "after": after, "limit": size})
+            total += len(self._routed.act(action, [tuple(t) for t in targets], data))
+            if len(targets) < size or total >= limit:
+                break
+            after = targets[-1][1]
+        if last is not None:
+            with self.db.transaction() as tx:
+                last(self._store_on(tx), total)
+        return total
 
     # -- pauses
     def pause_list(self) -> list[tuple[str, str, dt.datetime]]:
