@@ -65,7 +65,7 @@ class DurableRun:
     def __init__(self, task: ClaimedTask, store, max_bytes: int, run_tx_open: Callable[[], bool]):
         self.task, self.store, self.max_bytes = task, store, max_bytes
         self.run_tx_open = run_tx_open  # the run's own transaction (ctx.transaction()) is open
-        records, self.db_now = store.steps.task_steps_read(task.id)
+        records, self.db_now = store.steps.task_steps_read(task.id, task.queue)
         self.records: dict[int, StepRecord] = {r.position: r for r in records}
         self.position = 0
         self.occurrences: dict[str, int] = {}
@@ -111,7 +111,8 @@ class DurableRun:
     def write(self, call: Call, result: Any, conn=None) -> None:
         """Record `call` fenced, on `conn` (in its transaction, not committed here) or on its own."""
         task, steps = self.task, self.store.steps
-        args = (task.id, task.lease_token, task.attempt, call.position, call.name, call.occurrence, call.type, result)
+        args = (task.id, task.queue, task.lease_token, task.attempt, call.position, call.name, call.occurrence,
+                call.type, result)
         if conn is None and self.run_tx_open():
             written = steps.task_step_record_guarded(*args)
         else:
@@ -122,7 +123,8 @@ class DurableRun:
                                                  self.task.lease_token, self.task.attempt, None)
 
     def resolve(self, call: Call, result: Any) -> None:
-        if not self.store.steps.task_step_resolve(None, self.task.id, self.task.lease_token, call.position, result):
+        if not self.store.steps.task_step_resolve(None, self.task.id, self.task.queue, self.task.lease_token,
+                                                  call.position, result):
             raise ClaimLost(f"{call.label}: the record was refused, the claim was lost")
 
     @contextmanager

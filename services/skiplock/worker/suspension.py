@@ -38,15 +38,15 @@ def write_suspension(store, conn, task, suspend: Suspend, outcome: Settlement) -
                   "signal": {"signal": suspend.signal, "timeout_at": _iso(wake_at)},
                   "tasks": {"tasks": len(suspend.awaited or ()),
                             "ids": ids_digest(suspend.awaited) if suspend.awaited else None}}[suspend.reason]
-        if not steps.task_step_record(conn, task.id, task.lease_token, task.attempt, call.position, call.name,
-                                      call.occurrence, call.type, result):
+        if not steps.task_step_record(conn, task.id, task.queue, task.lease_token, task.attempt, call.position,
+                                      call.name, call.occurrence, call.type, result):
             return None
     delay = None
     if suspend.reason == "signal" and not steps.signal_try_lock(conn, suspend.signal):
         ready, delay = True, _SEND_IN_FLIGHT_SECONDS  # queued, claimable in a second: it looks again
     if suspend.reason == "tasks":
-        states = dict(store.tasks.task_awaited_watch(conn, suspend.awaited))
-        added = steps.task_awaited_insert(conn, task.id, suspend.awaited)
+        queues, states = store.tasks.task_awaited_watch(conn, suspend.awaited)
+        added = steps.task_awaited_insert(conn, task.id, task.queue, {i: queues.get(i) for i in suspend.awaited})
         waiting_on_add = sum(1 for i in added if states.get(i) not in FINISHED_STATES)
         ready = waiting_on_add == 0
     return outcome._replace(suspended=suspend.reason, wake_at=_iso(wake_at), awaited_signal=suspend.signal,

@@ -264,30 +264,32 @@ WHERE t.queue = %(queue)s AND t.id = i.id AND t.lease_token = i.token AND t.stat
 RETURNING t.id, t.state;
 
 -- name: routed_task_settle
--- task_settle for one queue's outcomes: completed | failed | retry | step | released. A claim whose
--- fence fails is left out of the result, as in task_settle. Each row with the state it left and
--- whether it is watched, for the dependency walk (store/routed_graph.py). A suspension (durable execution) is
--- not run on this placement yet: it fails its task with that reason.
+-- task_settle for one queue's outcomes: completed | failed | retry | step | released | suspend. A
+-- claim whose fence fails is left out of the result, as in task_settle. Each row with the state it
+-- left and whether it is watched, for the dependency walk (store/routed_graph.py).
 WITH settle_input AS (
     SELECT *
     FROM jsonb_to_recordset(%(settlements)s::jsonb)
         AS i(id uuid, token bigint, outcome text, result jsonb, error text, delay float8, cursor jsonb,
              progress real, message text, deadline_seconds float8, kind_max_attempts integer,
-             traceback text)
+             traceback text, suspended text, wake_at timestamptz, awaited_signal text,
+             waiting_on_add integer, ready boolean)
 ), decided AS (
-    SELECT i.id, i.outcome, i.result, i.cursor, i.progress, i.message, i.delay, i.traceback, t.state AS old_state,
-           CASE WHEN i.outcome = 'suspend'
-                THEN 'durable execution does not run on a distributed placement yet' ELSE i.error END AS error,
+    SELECT i.id, i.outcome, i.result, i.cursor, i.progress, i.message, i.delay, i.traceback, i.error,
+           i.suspended, i.wake_at, i.awaited_signal, i.waiting_on_add, t.state AS old_state,
            t.attempts AS attempt,
            CASE
                WHEN i.outcome = 'completed' THEN 'completed'
                WHEN t.state = 'cancelling' THEN 'cancelled'
-               WHEN i.outcome IN ('failed', 'suspend') THEN 'failed'
+               WHEN i.outcome = 'failed' THEN 'failed'
                WHEN i.outcome = 'retry' AND (
                         t.attempts >= coalesce(t.max_attempts, i.kind_max_attempts, 3)
                      OR skiplock.seconds_after(%(now)s::timestamptz, i.delay)
                             > least(t.deadline, skiplock.seconds_after(t.created_at, i.deadline_seconds)))
                    THEN 'failed'
+               WHEN i.outcome = 'suspend' AND NOT i.ready
+                    AND NOT EXISTS (SELECT FROM skiplock.signals AS s WHERE s.name = i.awaited_signal)
+                   THEN 'waiting'
                ELSE 'queued'
            END AS new_state
     FROM settle_input AS i
@@ -297,7 +299,9 @@ WITH settle_input AS (
 )
 UPDATE skiplock.tasks AS t
 SET state = d.new_state,
-    attempts = CASE WHEN d.new_state <> 'queued' THEN t.attempts
+    attempts = CASE WHEN d.outcome = 'suspend' AND d.new_state IN ('queued', 'waiting')
+                        THEN greatest(t.attempts - 1, 0)
+                    WHEN d.new_state <> 'queued' THEN t.attempts
                     WHEN d.outcome = 'step' THEN 0
                     WHEN d.outcome = 'released' THEN greatest(t.attempts - 1, 0)
                     ELSE t.attempts END,
@@ -305,6 +309,13 @@ SET state = d.new_state,
                      THEN skiplock.seconds_after(%(now)s::timestamptz, coalesce(d.delay, 0))
                      ELSE t.run_after END,
     {{_settle_written_fields}},
+    suspended = CASE WHEN d.new_state = 'waiting' THEN d.suspended END,
+    wake_at = CASE WHEN d.new_state = 'waiting' THEN d.wake_at END,
+    awaited_signal = CASE WHEN d.new_state = 'waiting' THEN d.awaited_signal END,
+    -- a wait for tasks counts them as parents (the walk queues it after the last), and never
+    -- cancels for a failed one: the handler reads their outcomes
+    waiting_on = t.waiting_on + coalesce(d.waiting_on_add, 0),
+    on_parent_failure = CASE WHEN d.waiting_on_add IS NOT NULL THEN 'run' ELSE t.on_parent_failure END,
     lease_owner = NULL,
     lease_until = NULL,
     finished_at = CASE WHEN d.new_state IN ('completed', 'failed', 'cancelled') THEN %(now)s::timestamptz END,
@@ -460,3 +471,78 @@ SELECT l.id, l.event_id, l.endpoint_id, e.url, e.secret, l.event_type, l.payload
        l.lease_token, l.created_at, NULL::jsonb AS trace_context
 FROM leased AS l
 JOIN skiplock.webhook_endpoints AS e ON e.id = l.endpoint_id;
+
+-- Durable execution (engine/store/steps.py): a run's records on its task's shard, fenced by the
+-- run's lease token as in steps.sql. The fence is its own statement (a row locked FOR SHARE on
+-- the shard), followed in the same transaction by the write when the fence holds: an INSERT fed
+-- by a locking CTE is not one Citus routes.
+
+-- name: routed_task_steps_read
+SELECT position, name, occurrence, type, result, lease_token, attempt, recorded_at, now() AS db_now
+FROM skiplock.task_steps
+WHERE queue = %(queue)s AND task_id = %(task_id)s
+ORDER BY position;
+
+-- name: routed_step_fence
+SELECT id FROM skiplock.tasks
+WHERE queue = %(queue)s AND id = %(task_id)s AND lease_token = %(token)s AND state IN ('running', 'cancelling')
+FOR SHARE;
+
+-- name: routed_task_step_record
+INSERT INTO skiplock.task_steps (queue, task_id, position, name, occurrence, type, result, lease_token, attempt)
+VALUES (%(queue)s, %(task_id)s, %(position)s, %(name)s, %(occurrence)s, %(type)s, %(result)s::jsonb, %(token)s,
+        %(attempt)s)
+ON CONFLICT (queue, task_id, position) DO NOTHING
+RETURNING position;
+
+-- name: routed_task_step_resolve
+UPDATE skiplock.task_steps
+SET result = %(result)s::jsonb
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND position = %(position)s
+RETURNING position;
+
+-- name: routed_awaited_insert
+-- task_awaited_insert: the edges of ctx.wait_for_tasks on the awaited tasks' shards, with the
+-- waiting task's queue; the awaited tasks that were not awaited already
+INSERT INTO skiplock.task_dependencies (parent_queue, parent_id, queue, task_id)
+SELECT * FROM unnest(%(parent_queues)s::text[], %(parent_ids)s::uuid[], %(queues)s::text[], %(task_ids)s::uuid[])
+ON CONFLICT DO NOTHING
+RETURNING parent_id;
+
+-- name: routed_wake_due_queues
+-- the queues with a suspended task whose time came (a read of every shard)
+SELECT DISTINCT queue FROM skiplock.tasks WHERE state = 'waiting' AND wake_at <= now();
+
+-- name: routed_task_wake_due
+-- task_wake_due for one queue; the events are written by routed_task_events
+WITH due AS MATERIALIZED (
+    SELECT id FROM skiplock.tasks
+    WHERE queue = %(queue)s AND state = 'waiting' AND wake_at <= %(now)s::timestamptz
+    ORDER BY wake_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.tasks AS t
+SET state = 'queued', run_after = %(now)s::timestamptz, updated_at = %(now)s::timestamptz,
+    event_seq = t.event_seq + 1
+FROM due
+WHERE t.queue = %(queue)s AND t.id = due.id AND t.state = 'waiting'
+RETURNING t.id, t.event_seq, t.attempts, t.suspended;
+
+-- name: routed_signal_waiters
+-- the tasks waiting for a signal (a read of every shard), for routed_signal_wake
+SELECT queue, id FROM skiplock.tasks WHERE state = 'waiting' AND awaited_signal = %(name)s;
+
+-- name: routed_signal_wake
+-- signal_send's wake-up of one queue's tasks waiting for the signal
+UPDATE skiplock.tasks AS t
+SET state = 'queued', run_after = %(now)s::timestamptz, updated_at = %(now)s::timestamptz,
+    event_seq = t.event_seq + 1
+WHERE t.queue = %(queue)s AND t.id = ANY (%(ids)s::uuid[]) AND t.state = 'waiting' AND t.awaited_signal = %(name)s
+RETURNING t.id, t.event_seq, t.attempts;
+
+-- name: routed_signal_insert
+-- the signal, unless one of that name exists (a reference table: a copy on every node)
+INSERT INTO skiplock.signals (name, payload) VALUES (%(name)s, %(payload)s::jsonb)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;

@@ -60,7 +60,7 @@ FROM STDIN;
 -- Claims that skipped a queued parent while it was locked here are woken again at the commit.
 -- A parent already watched is only locked, not written again: a fan-out of n children enqueued
 -- in one transaction (ctx.enqueue) would otherwise leave n versions of the parent's row, each
--- read by the next lookup of it.
+-- read by the next lookup of it. Each with its state as locked and its queue.
 WITH locked AS MATERIALIZED (
     SELECT id, state, queue, watched FROM skiplock.tasks WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE
 ), marked AS (
@@ -69,7 +69,7 @@ WITH locked AS MATERIALIZED (
     FROM locked AS p
     WHERE t.id = p.id AND NOT p.watched
 )
-SELECT id, state FROM locked
+SELECT id, state, queue FROM locked
 WHERE (SELECT count(pg_notify(%(channel)s, queue))
        FROM (SELECT DISTINCT queue FROM locked WHERE state = 'queued') AS q) >= 0;
 

@@ -44,17 +44,25 @@ _UNSUPPORTED = (("debounce", "debounce"),)
 
 def _event_type(state: str, outcome: str) -> str:
     """The event a settle's transition writes (as task_settle's settle_events names it)."""
+    if outcome == "suspend" and state in ("queued", "waiting"):
+        return "suspended"
     if state != "queued":
         return state
     return {"retry": "retrying", "step": "checkpoint"}.get(outcome, "released")
 
 
-def _settle_event(row: tuple) -> dict:
+def _settle_event(row: tuple, settlement: Settlement) -> dict:
+    """The event of one settle's transition, its data as task_settle's settle_events builds it (a
+    suspension's from its settlement)."""
     task_id, state, seq, token, attempt, outcome, error, delay, traceback = row[:9]
     data = None
     if error is not None or outcome != "completed":
+        suspension = outcome == "suspend"
         data = {k: v for k, v in (("outcome", outcome), ("error", error), ("traceback", traceback),
-                                  ("delay", delay if state == "queued" else None)) if v is not None}
+                                  ("delay", delay if state == "queued" else None),
+                                  ("suspended", settlement.suspended), ("wake_at", settlement.wake_at),
+                                  ("signal", settlement.awaited_signal),
+                                  ("waiting", state == "waiting" if suspension else None)) if v is not None}
     return {"id": task_id.hex, "seq": seq, "type": _event_type(state, outcome), "lease_token": token,
             "attempt": attempt, "data": data}
 
@@ -172,6 +180,7 @@ class RoutedTasks:
         applied: dict[uuid.UUID, str] = {}
         lent = nullcontext(conn) if conn is not None else self.db.connection(pool=self.db.outcome_pool)
         with lent as conn:
+            by_id = {s.task_id: s for s in settlements}
             for queue, group in _by_queue(settlements, lambda s: s.queue).items():
                 if queue is None:
                     raise InvalidInput("a settlement on the distributed placement names its task's queue")
@@ -181,7 +190,7 @@ class RoutedTasks:
                         rows = conn.execute(self.db.sql["routed_task_settle"],
                                             dict(params_of(group), queue=queue, now=now)).fetchall()
                         if rows:
-                            self._written(conn, queue, now, outbox, [_settle_event(r) for r in rows], woken=False,
+                            self._written(conn, queue, now, outbox, [_settle_event(r, by_id[r[0]]) for r in rows], woken=False,
                                           transitions=[Transition(r[0], queue, r[9], r[1], r[10]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
@@ -216,15 +225,7 @@ class RoutedTasks:
 
     def _written(self, conn, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
                  transitions: Sequence[Transition]) -> None:
-        """What follows one queue's transitions in their transaction: their events, the outbox
-        (`outbox`: an endpoint is enabled), the queue's wake-up (`woken`: a task was queued) and
-        the walk to the dependents of the tasks that changed."""
-        conn.execute(self.db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
-        if outbox:
-            self._outbox(conn, queue, [(uuid.UUID(e["id"]), e["seq"]) for e in events])
-        if woken:
-            conn.execute(self.db.sql["routed_wake"], dict(channel=self.db.channel, queues=[queue]))
-        routed_graph.walk(conn, self.db.sql, self.db.schema, now, outbox, transitions)
+        written(conn, self.db, queue, now, outbox, events, woken=woken, transitions=transitions)
 
     # -- operator actions: cancel and resume, each queue's tasks in a transaction of its own
     def act(self, action: str, targets: Sequence[tuple[str, uuid.UUID]], data: Any = None) -> list[tuple[uuid.UUID, str]]:
@@ -270,6 +271,42 @@ class RoutedTasks:
                 deleted += len(conn.execute(self.db.sql["routed_task_delete_finished"], dict(
                     queue=queue, state=state, before=before, now=now, limit=limit - deleted)).fetchall())
         return deleted
+
+
+def written(conn, db: Database, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
+            transitions: Sequence[Transition] = ()) -> None:
+    """What follows one queue's transitions in their transaction: their events, the outbox
+    (`outbox`: an endpoint is enabled), the queue's wake-up (`woken`: a task was queued) and the
+    walk to the dependents of the tasks that changed."""
+    conn.execute(db.sql["routed_task_events"], dict(queue=queue, events=Jsonb(events)))
+    if outbox:
+        conn.execute(db.sql["routed_outbox"], outbox_params([queue], [(uuid.UUID(e["id"]), e["seq"]) for e in events]))
+    if woken:
+        conn.execute(db.sql["routed_wake"], dict(channel=db.channel, queues=[queue]))
+    if transitions:
+        routed_graph.walk(conn, db.sql, db.schema, now, outbox, transitions)
+
+
+def wake_due(db: Database, limit: int) -> int:
+    """task_wake_due on this placement: the queues with a suspended task whose time came (a read
+    of every shard), then each queue's, in a transaction of its own; how many were queued."""
+    woken = 0
+    with db.connection() as conn:
+        queues = [q for (q,) in conn.execute(db.sql["routed_wake_due_queues"]).fetchall()]
+        for queue in queues:
+            if woken >= limit:
+                break
+            with conn.transaction():
+                [(now, outbox)] = conn.execute(db.sql["routed_now"]).fetchall()
+                rows = conn.execute(db.sql["routed_task_wake_due"],
+                                    dict(queue=queue, now=now, limit=limit - woken)).fetchall()
+                if rows:
+                    written(conn, db, queue, now, outbox, [
+                        {"id": task_id.hex, "seq": seq, "type": "queued", "attempt": attempts,
+                         "data": {"reason": "signal wait timed out" if suspended == "signal" else "sleep ended"}}
+                        for task_id, seq, attempts, suspended in rows], woken=True)
+            woken += len(rows)
+    return woken
 
 
 def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:

@@ -87,6 +87,24 @@ def _final(state: str) -> bool:
     return state in FINISHED_STATES
 
 
+def watch_plan(ids: Sequence[uuid.UUID], sql: Mapping[str, str], schema: str) -> Plan:
+    """task_parents_watch on this placement, for parents (depends_on) or awaited tasks
+    (ctx.wait_for_tasks): their queues read first, then each queue's tasks locked and marked
+    watched on their shard (queues in order, ids in order within one: two enqueues of shared
+    parents lock them in one order). Returns ({id: queue}, {id: state}) of those that exist."""
+    ids = sorted(set(ids))
+    queue_of = dict((yield _Query(sql["routed_task_queues"], {"ids": ids})))
+    states: dict[uuid.UUID, str] = {}
+    for queue in sorted(set(queue_of.values())):
+        states.update((yield _Query(sql["routed_task_parents_watch"], {
+            "queue": queue, "ids": [i for i in ids if queue_of.get(i) == queue]})))
+    # a claim that skipped a queued task while it was locked here looks again at the commit
+    skipped = sorted({queue_of[i] for i in states if states[i] == QUEUED})
+    if skipped:
+        yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": skipped})
+    return {i: queue_of[i] for i in states}, states
+
+
 def dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: Mapping[str, str], schema: str,
                    now) -> Plan:
     """_dependent_plan (task_inserts.py) on this placement: the parents' queues read first, then
@@ -95,18 +113,10 @@ def dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: Mapping
     states, then their edges on their parents' shards. Yields the inserted rows (id, queue,
     run_after, state) to the caller, which writes their events; returns them."""
     parents = sorted({p for s in specs for p in s.depends_on})
-    queue_of = dict((yield _Query(sql["routed_task_queues"], {"ids": parents})))
-    states: dict[uuid.UUID, str] = {}
-    for queue in sorted(set(queue_of.values())):
-        states.update((yield _Query(sql["routed_task_parents_watch"], {
-            "queue": queue, "ids": [p for p in parents if queue_of.get(p) == queue]})))
+    queue_of, states = yield from watch_plan(parents, sql, schema)
     missing = [p for p in parents if p not in states]
     if missing:
         raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
-    # a claim that skipped a queued parent while it was locked here looks again at the commit
-    skipped = sorted({queue_of[p] for p in parents if states[p] == QUEUED})
-    if skipped:
-        yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": skipped})
     inserted = yield _Query(sql["routed_task_insert_dependent"], dict(
         _columns(specs, ids), now=now, **dependent_columns(specs, states)))
     new = {row[0] for row in inserted}

@@ -93,7 +93,8 @@ def _dependent_plan(specs: Sequence[TaskSpec], ids: list[uuid.UUID], sql: dict[s
     each task 'waiting', 'queued' (every parent done) or 'cancelled' (a failed parent, and
     on_parent_failure 'cancel'), then its edges."""
     parents = sorted({p for s in specs for p in s.depends_on})
-    states = dict((yield _Query(sql["task_parents_watch"], {"ids": parents, "channel": f"skiplock_{schema}"})))
+    states = {i: state for i, state, _ in (yield _Query(sql["task_parents_watch"], {
+        "ids": parents, "channel": f"skiplock_{schema}"}))}
     missing = [p for p in parents if p not in states]
     if missing:
         raise InvalidInput(f"depends_on: no task {missing[0]} (in schema {schema})")
@@ -138,6 +139,13 @@ _schema_ok_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connec
 def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str, write: "TaskWrite") -> Plan:
     """`write`'s plan, after checking once that `schema` has the tasks table and its trigger, or
     the distributed placement (whose statements write what the trigger writes: store/routed.py)."""
+    distributed = yield from placement_plan(conn, schema)
+    return (yield from (write.routed_plan(schema) if distributed else write.plan(schema)))
+
+
+def placement_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str) -> Plan:
+    """Whether `schema`'s tasks are distributed (store/routed.py), after checking once that it has
+    the tasks table and its trigger or the distributed placement; MigrationError otherwise."""
     distributed = _schema_ok_on.get(conn, {}).get(schema)
     if distributed is None:
         info = conn.info
@@ -162,7 +170,7 @@ def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: st
                                          "the enqueuers")
             _schema_ok[key] = distributed
         _schema_ok_on.setdefault(conn, {})[schema] = distributed
-    return (yield from (write.routed_plan(schema) if distributed else write.plan(schema)))
+    return distributed
 
 
 class TaskWrite(NamedTuple):

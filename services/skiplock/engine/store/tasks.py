@@ -22,6 +22,8 @@ from ..model import (CANCELLED, FAILED, FINISHED_STATES, QUEUED, WAITING, Claim,
 from .. import queries
 from .connection import jsonb
 from .database import Database
+from . import routed_graph
+from .plans import _run
 from .routed import RoutedTasks
 from .rows import rows_and_summary
 from .task_inserts import task_insert
@@ -229,12 +231,16 @@ class TaskStore:
                 rows = conn.execute(self.db.sql["task_outcomes"], params).fetchall()
         return [Parent(*row) for row in rows]
 
-    def task_awaited_watch(self, conn: psycopg.Connection, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+    def task_awaited_watch(self, conn: psycopg.Connection, ids: Sequence[uuid.UUID]
+                           ) -> tuple[dict[uuid.UUID, str], dict[uuid.UUID, str]]:
         """task_parents_watch for tasks a run awaits (ctx.wait_for_tasks), on its transaction:
-        [(id, state)] of those that exist, locked to its commit."""
+        ({id: queue}, {id: state}) of those that exist, locked to its commit."""
+        if self.db.distributed:
+            return _run(conn, routed_graph.watch_plan(ids, self.db.sql, self.db.schema))
         with translated_errors(conn):
-            return conn.execute(self.db.sql["task_parents_watch"],
+            rows = conn.execute(self.db.sql["task_parents_watch"],
                                 {"ids": list(ids), "channel": self.db.channel}).fetchall()
+        return {i: queue for i, _, queue in rows}, {i: state for i, state, _ in rows}
 
     def task_relatives(self, task_id: uuid.UUID | str, limit: int = 100) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
         """(parent ids, child ids) of a task, at most `limit` of each, in id order."""
