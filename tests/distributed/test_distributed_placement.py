@@ -182,11 +182,9 @@ def test_concurrent_enqueues_of_ten_idempotency_keys_make_ten_tasks(distributed)
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = 'keyed'") == 10
 
 
-def test_what_does_not_run_on_this_placement_yet_is_refused_in_one_line(distributed):
+def test_bad_enqueues_are_refused_in_one_line_with_nothing_written(distributed):
     url, conn = distributed
     parent = skiplock.enqueue(url, "t.record", {}, queue="refused")
-    with pytest.raises(skiplock.InvalidInput, match=r"^debounce do not run on a distributed \(Citus\) placement yet$"):
-        skiplock.enqueue(url, "t.record", {}, queue="refused", debounce=skiplock.Debounce(key="k", delay=1))
     with pytest.raises(skiplock.InvalidInput, match=r"^unique does not combine with depends_on$"):
         skiplock.enqueue(url, "t.record", {}, queue="refused", depends_on=[parent], unique=skiplock.Unique())
     with pytest.raises(skiplock.InvalidInput, match=r"^depends_on: no task 00000000-0000-0000-0000-000000000000 "):
@@ -211,6 +209,34 @@ def test_concurrent_enqueues_of_ten_unique_keys_make_ten_tasks_with_their_events
     assert sum(1 for task_id in found if task_id.created) == 10
     assert scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = 'uniq'") == 10
     assert scalar(db, "SELECT count(*) FROM skiplock.task_events WHERE queue = 'uniq' AND type = 'queued'") == 10
+
+
+def test_concurrent_debounced_enqueues_of_ten_keys_merge_into_ten_tasks_bounded_by_max_wait(distributed):
+    url, db = distributed
+
+    def enqueue_all(thread: int) -> list:
+        return [skiplock.enqueue(url, "t.record", {"key": i % 10, "thread": thread, "i": i}, queue="debounced",
+                                 debounce=skiplock.Debounce(key=f"k{i % 10}", delay=30, max_wait=60))
+                for i in range(50)]
+
+    found = in_threads(enqueue_all)
+    assert len(found) == 8 * 50 and len(set(found)) == 10
+    assert sum(1 for task_id in found if task_id.created) == 10
+    rows = db.execute("SELECT debounce_key, payload, run_after, debounce_until, id, "
+                      "extract(epoch FROM debounce_until - created_at) FROM skiplock.tasks "
+                      "WHERE queue = 'debounced' ORDER BY debounce_key").fetchall()
+    assert [r[0] for r in rows] == [f"k{i}" for i in range(10)]
+    # each holds one enqueue's payload of its key, and starts 30 s after the last merge, within
+    # max_wait of its first enqueue
+    assert all(r[1]["key"] == int(r[0][1:]) for r in rows)
+    assert all(r[2] <= r[3] and 59 <= r[5] <= 60 for r in rows), rows
+    assert scalar(db, "SELECT count(*) FROM skiplock.task_events WHERE queue = 'debounced' AND type = 'queued'") == 10
+    # one more merge takes the payload, and moves the start no further than debounce_until
+    later = skiplock.enqueue(url, "t.record", {"key": 0, "late": True}, queue="debounced",
+                             debounce=skiplock.Debounce(key="k0", delay=3600))
+    assert later == rows[0][4] and not later.created
+    payload, run_after = db.execute("SELECT payload, run_after FROM skiplock.tasks WHERE id = %s", (later,)).fetchone()
+    assert payload == {"key": 0, "late": True} and run_after == rows[0][3]
 
 
 def test_retention_deletes_finished_tasks_with_their_events_queue_by_queue(distributed):

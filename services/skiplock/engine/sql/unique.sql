@@ -64,7 +64,9 @@ VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, %(priority)s::smallint, %
         %(concurrency_key)s::text, %(trace_context)s::jsonb, %(debounce_key)s::text,
         now() + %(max_wait)s::float8 * interval '1 second')
 ON CONFLICT (kind, queue, debounce_key) WHERE debounce_key IS NOT NULL AND state = 'queued' AND started_at IS NULL
+-- EXCLUDED's times, not now() (the same values: max_wait >= delay): Citus runs no function but
+-- an IMMUTABLE one in DO UPDATE SET, and this statement serves both placements.
 DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-              run_after = least(now() + %(delay)s::float8 * interval '1 second', t.debounce_until),
-              updated_at = now()
+              run_after = least(EXCLUDED.run_after, t.debounce_until),
+              updated_at = EXCLUDED.updated_at
 RETURNING id;

@@ -39,9 +39,6 @@ from .rows import rows_as
 
 log = logging.getLogger("skiplock.store")
 
-_UNSUPPORTED = (("debounce", "debounce"),)
-
-
 def _event_type(state: str, outcome: str) -> str:
     """The event a settle's transition writes (as task_settle's settle_events names it)."""
     if outcome == "suspend" and state in ("queued", "waiting"):
@@ -315,14 +312,11 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
     plan's own statements."""
     if not specs:
         return []
-    for attribute, what in _UNSUPPORTED:
-        if any(getattr(s, attribute) for s in specs):
-            raise InvalidInput(f"{what} do not run on a distributed (Citus) placement yet")
     # several statements: a transaction of their own on an idle autocommit connection; in the
     # caller's transaction a savepoint where one Postgres takes one too (dependencies and unique
     # windows), none for plain tasks, as the one-statement insert there (the API tells a task it
     # inserted by the row's xmin, its own transaction's id)
-    if any(s.depends_on or s.unique is not None for s in specs) or (yield _Idle()):
+    if any(s.depends_on or s.unique is not None or s.debounce is not None for s in specs) or (yield _Idle()):
         return (yield from _unit(_routed_insert(specs, sql, schema), one_statement=False))
     return (yield from _routed_insert(specs, sql, schema))
 
@@ -339,7 +333,7 @@ def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: st
                                  due={q for _, q, run_after, state in inserted if state == "queued" and run_after <= now},
                                  outbox=outbox)
         return (yield from _keyed_owners(specs, ids, new, sql))
-    if any(s.unique is not None for s in specs):
+    if any(s.unique is not None or s.debounce is not None for s in specs):
         # the one-Postgres statements of unique windows run here as they are: their index holds the
         # queue (placement.sql), and Citus routes what the insert's rows name
         out = yield from keyed_plan(specs, ids, sql)

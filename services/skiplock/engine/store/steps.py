@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from contextlib import nullcontext
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
