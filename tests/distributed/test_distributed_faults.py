@@ -134,6 +134,42 @@ def test_a_worker_node_stopped_mid_drain_stops_its_queues_only_and_its_tasks_com
     assert away == back >= len(lost_queues), log[-3000:]
 
 
+def test_while_a_worker_node_is_away_a_killed_workers_tasks_on_the_other_node_are_reclaimed_and_complete(
+        citus, fresh, processes):
+    url, db = fresh
+    nodes = {queue: node_of_queue(db, queue) for queue in QUEUES}
+    lost = citus.nodes[1]
+    kept_queues = [q for q, port in nodes.items() if port != lost.port]
+    ids = []
+    for queue in QUEUES:  # the lost node's queues hold tasks too: their claims fail meanwhile
+        ids += skiplock.enqueue_many(url, "t.record", [{"sleep": 0.5}] * 6, queue=queue)
+    kept = [i for i, in db.execute("SELECT id FROM skiplock.tasks WHERE queue = ANY(%s)", (kept_queues,)).fetchall()]
+    lost.stop("immediate")
+    try:
+        first = spawn(processes, url, concurrency=4)
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = ANY(%s) AND state = 'running'",
+                                (kept_queues,)) >= 2, 30, interval=0.05, message="tasks of the other node running")
+        first.popen.send_signal(signal.SIGKILL)
+        first.popen.wait(10)
+        held = scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = ANY(%s) AND state = 'running'",
+                      (kept_queues,))
+        spawn(processes, url, concurrency=4)
+        # the reclaim reads each node for its queues: the node away does not hold the other's back
+        wait_for(lambda: _completed(db, kept_queues) == len(kept), 60, interval=0.5,
+                 message="the other node's tasks, the killed worker's among them, completed while the node is away")
+        reclaims = scalar(db, "SELECT sum(reclaims) FROM skiplock.tasks WHERE queue = ANY(%s)", (kept_queues,))
+        assert held >= 2 and reclaims == held, (held, reclaims)
+        rows = db.execute("""
+            SELECT t.id, t.reclaims, count(e.task_id) FROM skiplock.tasks AS t
+            LEFT JOIN public.executions AS e ON e.task_id = t.id WHERE t.queue = ANY(%s)
+            GROUP BY t.id, t.reclaims""", (kept_queues,)).fetchall()
+        assert len(rows) == len(kept) and [r for r in rows if r[2] == 0 or r[2] - 1 > r[1]] == []
+    finally:
+        lost.start()
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE state = 'completed'") == len(ids), 60,
+             interval=0.5, message="the lost node's tasks completed once it is back")
+
+
 def _completed(db: psycopg.Connection, queues: list[str]) -> int:
     return scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE queue = ANY(%s) AND state = 'completed'", (queues,))
 

@@ -333,9 +333,22 @@ SELECT %(queue)s, e.id, e.seq, e.type, e.lease_token, e.attempt, e.data
 FROM jsonb_to_recordset(%(events)s::jsonb)
     AS e(id uuid, seq integer, type text, lease_token bigint, attempt integer, data jsonb);
 
+-- name: routed_queues
+-- every queue tasks were enqueued into (a reference table; store/routed.py, _queues_with)
+SELECT DISTINCT queue FROM skiplock.queue_kinds;
+
+-- name: routed_queue_groups
+-- the node group (pg_dist_placement.groupid) holding each queue's shard of the tasks, from the
+-- coordinator's catalog
+SELECT q, (SELECT p.groupid FROM pg_catalog.pg_dist_placement AS p
+           WHERE p.shardid = get_shard_id_for_distribution_column('skiplock.tasks', q)
+           ORDER BY p.groupid LIMIT 1)
+FROM unnest(%(queues)s::text[]) AS q;
+
 -- name: routed_expired_queues
--- the queues with a claim whose lease ran out (a read of every shard)
-SELECT DISTINCT queue FROM skiplock.tasks WHERE state IN ('running', 'cancelling') AND lease_until < now();
+-- of `queues` (one node's), those with a claim whose lease ran out
+SELECT DISTINCT queue FROM skiplock.tasks
+WHERE queue = ANY (%(queues)s::text[]) AND state IN ('running', 'cancelling') AND lease_until < now();
 
 -- name: routed_task_reclaim_expired
 -- task_reclaim_expired for one queue
@@ -395,9 +408,10 @@ GROUP BY e.queue, date_trunc('minute', e.at)
 ORDER BY 1, 2;
 
 -- name: routed_finished_queues
--- the queues with tasks finished in `state` before `before` (a read of every shard)
+-- of `queues` (one node's), those with tasks finished in `state` before `before`
 SELECT DISTINCT queue FROM skiplock.tasks
-WHERE state = %(state)s AND finished_at IS NOT NULL AND finished_at < %(before)s::timestamptz;
+WHERE queue = ANY (%(queues)s::text[]) AND state = %(state)s AND finished_at IS NOT NULL
+  AND finished_at < %(before)s::timestamptz;
 
 -- name: routed_task_delete_finished
 -- task_delete_finished for one queue: its tasks, their events and steps, on its shard
@@ -510,8 +524,9 @@ ON CONFLICT DO NOTHING
 RETURNING parent_id;
 
 -- name: routed_wake_due_queues
--- the queues with a suspended task whose time came (a read of every shard)
-SELECT DISTINCT queue FROM skiplock.tasks WHERE state = 'waiting' AND wake_at <= now();
+-- of `queues` (one node's), those with a suspended task whose time came
+SELECT DISTINCT queue FROM skiplock.tasks
+WHERE queue = ANY (%(queues)s::text[]) AND state = 'waiting' AND wake_at <= now();
 
 -- name: routed_task_wake_due
 -- task_wake_due for one queue; the events are written by routed_task_events

@@ -54,7 +54,7 @@ class Store:
         self.workers = WorkerStore(db)
         self.limits = LimitStore(db)
         self.replication = ReplicationStore(db)
-        self.steps = StepStore(db)
+        self.steps = StepStore(db, self.tasks.routed)  # one record of the nodes that do not answer
         self.events = EventStore(db)
 
     @classmethod

@@ -93,9 +93,12 @@ class NodeFailures:
                         extra={"queue": queue, "error": " ".join(str(exc).split())[:300]})
 
     def answered(self, queue: str) -> None:
-        if queue in self._failing:
-            with self._lock:
-                self._failing.discard(queue)
+        if queue not in self._failing:  # the common case, without the lock
+            return
+        with self._lock:
+            back = queue in self._failing
+            self._failing.discard(queue)
+        if back:
             log.warning("a queue's node answers again", extra={"queue": queue})
 
     def all_failed(self, queues: Iterable[str]) -> bool:
@@ -204,21 +207,50 @@ class RoutedTasks:
         coordinator. Rows as task_reclaim_expired's: (id, queue, state, kind, attempts, error)."""
         reclaimed: list[tuple] = []
         with self.db.connection() as conn:
-            queues = [q for (q,) in conn.execute(self.db.sql["routed_expired_queues"]).fetchall()]
-            for queue in queues:
-                with conn.transaction():
-                    [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
-                    rows = conn.execute(self.db.sql["routed_task_reclaim_expired"], dict(
-                        queue=queue, now=now, limit=limit, max_reclaims=max_reclaims)).fetchall()
-                    if not rows:
-                        continue
-                    events = [{"id": r[0].hex, "seq": r[4], "type": "reclaimed" if r[2] == "queued" else r[2],
-                               "lease_token": r[5], "attempt": r[6],
-                               "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}} for r in rows]
-                    self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
-                                  transitions=[Transition(r[0], queue, r[9], r[2], r[10]) for r in rows])
+            for queue in self._queues_with(conn, "routed_expired_queues", {}):
+                try:
+                    with conn.transaction():
+                        [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                        rows = conn.execute(self.db.sql["routed_task_reclaim_expired"], dict(
+                            queue=queue, now=now, limit=limit, max_reclaims=max_reclaims)).fetchall()
+                        if rows:
+                            events = [{"id": r[0].hex, "seq": r[4], "type": "reclaimed" if r[2] == "queued" else r[2],
+                                       "lease_token": r[5], "attempt": r[6],
+                                       "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}}
+                                      for r in rows]
+                            self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
+                                          transitions=[Transition(r[0], queue, r[9], r[2], r[10]) for r in rows])
+                except psycopg.Error as exc:
+                    if conn.closed:
+                        raise
+                    self.failures.failed(queue, exc)  # reclaimed once its node answers
+                    continue
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
         return reclaimed
+
+    def _queues_with(self, conn, statement: str, params: dict) -> list[str]:
+        """The queues that `statement` (a read of routed.sql naming `queues`) finds work in, asked
+        of each worker node for the queues it holds: a node that does not answer leaves its queues
+        out (the failure logged once per queue), the other nodes' are found. One read of every
+        shard would fail whole while any node is away."""
+        known = [q for (q,) in conn.execute(self.db.sql["routed_queues"]).fetchall()]
+        groups = _by_queue(conn.execute(self.db.sql["routed_queue_groups"], {"queues": known}).fetchall(),
+                           lambda row: row[1])
+        found: list[str] = []
+        for group in sorted(groups, key=lambda g: (g is None, g)):
+            queues = [queue for queue, _ in groups[group]]
+            try:
+                with conn.transaction():
+                    found += [q for (q,) in conn.execute(self.db.sql[statement], {**params, "queues": queues})]
+            except psycopg.Error as exc:
+                if conn.closed:
+                    raise
+                for queue in queues:
+                    self.failures.failed(queue, exc)
+            else:
+                for queue in queues:
+                    self.failures.answered(queue)
+        return found
 
     def _written(self, conn, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
                  transitions: Sequence[Transition]) -> None:
@@ -260,14 +292,44 @@ class RoutedTasks:
         with self.db.connection() as conn:
             [(now, _)] = conn.execute(self.db.sql["routed_now"]).fetchall()
             before = now - dt.timedelta(seconds=older_than_seconds)
-            queues = [q for (q,) in conn.execute(self.db.sql["routed_finished_queues"],
-                                                 dict(state=state, before=before)).fetchall()]
-            for queue in queues:
+            for queue in self._queues_with(conn, "routed_finished_queues", dict(state=state, before=before)):
                 if deleted >= limit:
                     break
-                deleted += len(conn.execute(self.db.sql["routed_task_delete_finished"], dict(
-                    queue=queue, state=state, before=before, now=now, limit=limit - deleted)).fetchall())
+                try:
+                    deleted += len(conn.execute(self.db.sql["routed_task_delete_finished"], dict(
+                        queue=queue, state=state, before=before, now=now, limit=limit - deleted)).fetchall())
+                except psycopg.Error as exc:
+                    if conn.closed:
+                        raise
+                    self.failures.failed(queue, exc)
         return deleted
+
+    def wake_due(self, limit: int) -> int:
+        """task_wake_due on this placement: each queue with a suspended task whose time came, in a
+        transaction of its own; how many were queued."""
+        woken = 0
+        with self.db.connection() as conn:
+            for queue in self._queues_with(conn, "routed_wake_due_queues", {}):
+                if woken >= limit:
+                    break
+                try:
+                    with conn.transaction():
+                        [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
+                        rows = conn.execute(self.db.sql["routed_task_wake_due"],
+                                            dict(queue=queue, now=now, limit=limit - woken)).fetchall()
+                        if rows:
+                            written(conn, self.db, queue, now, outbox, [
+                                {"id": task_id.hex, "seq": seq, "type": "queued", "attempt": attempts,
+                                 "data": {"reason": "signal wait timed out" if suspended == "signal"
+                                          else "sleep ended"}}
+                                for task_id, seq, attempts, suspended in rows], woken=True)
+                except psycopg.Error as exc:
+                    if conn.closed:
+                        raise
+                    self.failures.failed(queue, exc)
+                    continue
+                woken += len(rows)
+        return woken
 
 
 def written(conn, db: Database, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
@@ -282,28 +344,6 @@ def written(conn, db: Database, queue: str, now, outbox: bool, events: list[dict
         conn.execute(db.sql["routed_wake"], dict(channel=db.channel, queues=[queue]))
     if transitions:
         routed_graph.walk(conn, db.sql, db.schema, now, outbox, transitions)
-
-
-def wake_due(db: Database, limit: int) -> int:
-    """task_wake_due on this placement: the queues with a suspended task whose time came (a read
-    of every shard), then each queue's, in a transaction of its own; how many were queued."""
-    woken = 0
-    with db.connection() as conn:
-        queues = [q for (q,) in conn.execute(db.sql["routed_wake_due_queues"]).fetchall()]
-        for queue in queues:
-            if woken >= limit:
-                break
-            with conn.transaction():
-                [(now, outbox)] = conn.execute(db.sql["routed_now"]).fetchall()
-                rows = conn.execute(db.sql["routed_task_wake_due"],
-                                    dict(queue=queue, now=now, limit=limit - woken)).fetchall()
-                if rows:
-                    written(conn, db, queue, now, outbox, [
-                        {"id": task_id.hex, "seq": seq, "type": "queued", "attempt": attempts,
-                         "data": {"reason": "signal wait timed out" if suspended == "signal" else "sleep ended"}}
-                        for task_id, seq, attempts, suspended in rows], woken=True)
-            woken += len(rows)
-    return woken
 
 
 def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:

@@ -19,7 +19,7 @@ from ..errors import DatabaseUnavailable
 from ..model import Signal, StepRecord
 from .connection import jsonb
 from .database import Database
-from .routed import wake_due
+from .routed import RoutedTasks
 from .signal_sends import Sent, signal_send
 
 
@@ -30,10 +30,11 @@ class StepRowLocked(DatabaseUnavailable):
 class StepStore:
     """Queries of task_steps and signals, and the wake-up of suspended tasks."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, routed: RoutedTasks):
         self.db = db
         # the advisory lock's first key: signals of this schema only
         self.namespace = f"skiplock.signals {db.schema}"
+        self._routed = routed  # the wake-up's statements on the distributed placement
 
     # -- a run's records
     def task_steps_read(self, task_id: uuid.UUID, queue: str) -> tuple[list[StepRecord], dt.datetime | None]:
@@ -110,7 +111,7 @@ class StepStore:
         """Queue suspended tasks whose time came; returns how many (on the distributed placement
         queue by queue: store/routed.py)."""
         if self.db.distributed:
-            return wake_due(self.db, limit)
+            return self._routed.wake_due(limit)
         return self.db.fetch("task_wake_due", {"limit": limit, "channel": self.db.channel})[0][0]
 
     # -- signals

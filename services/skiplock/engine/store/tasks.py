@@ -100,7 +100,7 @@ class TaskStore:
     def __init__(self, db: Database, store_on: Callable[[Database], Any]):
         self.db = db
         self._store_on = store_on  # the facade over a transaction's database, for `last` of _many
-        self._routed = RoutedTasks(db)  # the worker's statements on the distributed placement
+        self.routed = RoutedTasks(db)  # the worker's statements on the distributed placement
 
     # -- enqueue
     def task_insert(self, specs: Sequence[TaskSpec]) -> list[uuid.UUID]:
@@ -131,7 +131,7 @@ class TaskStore:
         claim lanes are all held by other claims is left out (Claim.crowded counts them).
         On the distributed placement: one queue after another (store/routed.py)."""
         if self.db.distributed:
-            return self._routed.claim(queues, limit, owner, lease_seconds, kind_max_attempts)
+            return self.routed.claim(queues, limit, owner, lease_seconds, kind_max_attempts)
         with self.db.connection(pool=self.db.claim_pool) as conn:
             cursor = conn.execute(self.db.sql["task_claim"], dict(
                 queues=list(queues), limit=limit, owner=owner, lease_seconds=lease_seconds, park_limit=park_limit,
@@ -165,7 +165,7 @@ class TaskStore:
         if not leases:
             return {}
         if self.db.distributed:
-            return self._routed.heartbeat(leases, lease_seconds)
+            return self.routed.heartbeat(leases, lease_seconds)
         rows = self.db.fetch("task_heartbeat", dict(ids=[lease[0] for lease in leases],
                                                     tokens=[lease[1] for lease in leases],
                                                     lease_seconds=lease_seconds))
@@ -181,7 +181,7 @@ class TaskStore:
         if not settlements:
             return {}
         if self.db.distributed:
-            return self._routed.settle(settlements, settle_params, conn)
+            return self.routed.settle(settlements, settle_params, conn)
         params = settle_params(settlements)
         if conn is not None:
             with translated_errors():
@@ -199,7 +199,7 @@ class TaskStore:
     def task_reclaim_expired(self, max_reclaims: int, limit: int = 500) -> list[ReclaimedTask]:
         """The reclaimer's unit of work: each claim it took back, with the state it left it in."""
         if self.db.distributed:
-            return [ReclaimedTask(*row) for row in self._routed.reclaim_expired(max_reclaims, limit)]
+            return [ReclaimedTask(*row) for row in self.routed.reclaim_expired(max_reclaims, limit)]
         return self.db.fetch_as("task_reclaim_expired", dict(limit=limit, max_reclaims=max_reclaims,
                                                              channel=self.db.channel), ReclaimedTask)
 
@@ -266,7 +266,7 @@ class TaskStore:
     def task_cancel(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
         task_id = _parse_id(task_id)
         if self.db.distributed:
-            rows = self._routed.act("cancel", self._routed.targets([task_id]), data)
+            rows = self.routed.act("cancel", self.routed.targets([task_id]), data)
         else:
             rows = self.db.fetch("task_cancel", {"id": task_id, "data": jsonb(data)})
         if rows:
@@ -280,7 +280,7 @@ class TaskStore:
     def task_resume(self, task_id: uuid.UUID | str, data: dict | None = None) -> str:
         task_id = _parse_id(task_id)
         if self.db.distributed:
-            rows = self._routed.act("resume", self._routed.targets([task_id]), data)
+            rows = self.routed.act("resume", self.routed.targets([task_id]), data)
         else:
             rows = self.db.fetch("task_resume", {"id": task_id, "data": jsonb(data), "channel": self.db.channel})
         if rows:
@@ -339,7 +339,7 @@ class TaskStore:
         while True:
             size = min(batch_size, limit - total)
             targets = self.db.fetch("routed_task_targets", {**params, "after": after, "limit": size})
-            total += len(self._routed.act(action, [tuple(t) for t in targets], data))
+            total += len(self.routed.act(action, [tuple(t) for t in targets], data))
             if len(targets) < size or total >= limit:
                 break
             after = targets[-1][1]
@@ -364,7 +364,7 @@ class TaskStore:
     def task_delete_finished(self, state: str, older_than_seconds: float, limit: int = 500) -> int:
         """One retention batch: finished tasks (and their events) older than the retention."""
         if self.db.distributed:
-            return self._routed.delete_finished(state, older_than_seconds, limit)
+            return self.routed.delete_finished(state, older_than_seconds, limit)
         return len(self.db.fetch("task_delete_finished", dict(state=state, older_than=older_than_seconds,
                                                               limit=limit)))
 
