@@ -239,6 +239,25 @@ def test_concurrent_debounced_enqueues_of_ten_keys_merge_into_ten_tasks_bounded_
     assert payload == {"key": 0, "late": True} and run_after == rows[0][3]
 
 
+def test_the_queues_and_kinds_enqueued_are_recorded_once_committed_and_a_rollback_records_none(distributed):
+    """queue_kinds (what the filters and the console know of) is written by the enqueue here; a
+    process remembers only pairs it found committed, so a rolled-back first enqueue hides nothing."""
+    url, db = distributed
+    with psycopg.connect(url) as conn:
+        skiplock.enqueue(conn, "t.record", {}, queue="rolled")
+        conn.rollback()
+    assert scalar(db, "SELECT count(*) FROM skiplock.queue_kinds WHERE queue = 'rolled'") == 0
+    first, second = (skiplock.enqueue(url, "t.record", {"n": n}, queue="rolled") for n in range(2))
+    assert db.execute("SELECT queue, kind FROM skiplock.queue_kinds WHERE queue = 'rolled'").fetchall() == \
+        [("rolled", "t.record")]
+    store = Store.pooled(url)
+    store.open(wait=True)
+    try:
+        assert {t.id for t in store.tasks.task_list(queue="rolled", kind="t.record")} == {first, second}
+    finally:
+        store.close()
+
+
 def test_retention_deletes_finished_tasks_with_their_events_queue_by_queue(distributed):
     url, db = distributed
     store = Store.pooled(url, max_size=2).open(wait=True)

@@ -194,11 +194,31 @@ LIMIT %(limit)s;
 -- name: routed_queue_kinds
 -- the queues and kinds tasks are enqueued with, for the filters and the console (what the
 -- tasks_inserted trigger records on one Postgres); a reference table, so only the pairs it does
--- not hold yet are written (a write there commits on every node)
+-- not hold yet are written (a write there commits on every node). Returns the pairs written: the
+-- others were there, committed (store/routed.py remembers them)
 INSERT INTO skiplock.queue_kinds (queue, kind)
 SELECT n.queue, n.kind FROM unnest(%(queues)s::text[], %(kinds)s::text[]) AS n(queue, kind)
 WHERE NOT EXISTS (SELECT FROM skiplock.queue_kinds AS x WHERE x.queue = n.queue AND x.kind = n.kind)
-ON CONFLICT DO NOTHING;
+ON CONFLICT DO NOTHING
+RETURNING queue, kind;
+
+-- name: routed_task_insert_one
+-- routed_task_insert for one task: an INSERT ... VALUES, which Citus sends to the queue's node as
+-- it is (an INSERT ... SELECT of the arrays runs through the coordinator); run_after worked out by
+-- the store from the transaction's time
+INSERT INTO skiplock.tasks
+    (id, kind, queue, priority, payload, max_attempts, run_after, idempotency_key, event_seq, concurrency_key,
+     trace_context)
+VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, %(priority)s::smallint, %(payload)s::jsonb,
+        %(max_attempts)s::integer, %(run_after)s::timestamptz, %(idempotency_key)s::text, 1,
+        %(concurrency_key)s::text, %(trace_context)s::jsonb)
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, queue, run_after;
+
+-- name: routed_task_inserted_event
+-- routed_task_inserted_events for the one task routed_task_insert_one wrote
+INSERT INTO skiplock.task_events (queue, task_id, seq, type, attempt)
+VALUES (%(queue)s::text, %(id)s::uuid, 1, 'queued', 0);
 
 -- name: routed_task_ids_by_idempotency_key
 SELECT queue, idempotency_key, id

@@ -30,7 +30,7 @@ from ..ids import TaskId, existing_id, uuid7
 from ..model import BUSY, Claim, ClaimedTask, Settlement, TaskSpec
 from .connection import jsonb
 from .database import Database
-from .plans import Plan, _Idle, _Query, _unit
+from .plans import Plan, _Idle, _Query, _RawJson, _unit
 from . import routed_graph
 from .routed_graph import Transition
 from .unique_inserts import keyed_plan
@@ -346,10 +346,11 @@ def written(conn, db: Database, queue: str, now, outbox: bool, events: list[dict
         routed_graph.walk(conn, db.sql, db.schema, now, outbox, transitions)
 
 
-def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
-    """_insert_plan on the distributed placement: plain tasks, idempotency keys and unique windows
-    (each unique within its queue); the new tasks' queued events, outbox and wake-up written by the
-    plan's own statements."""
+def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, database: tuple) -> Plan:
+    """_insert_plan on the distributed placement: plain tasks, idempotency keys, unique windows and
+    debounce keys (each unique within its queue), dependencies (routed_graph.py); the new tasks'
+    first events, outbox and wake-up written by the plan's own statements. `database`: (host,
+    port, name) of the connection, for the pairs of queue_kinds known there."""
     if not specs:
         return []
     # several statements: a transaction of their own on an idle autocommit connection; in the
@@ -357,15 +358,28 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) 
     # windows), none for plain tasks, as the one-statement insert there (the API tells a task it
     # inserted by the row's xmin, its own transaction's id)
     if any(s.depends_on or s.unique is not None or s.debounce is not None for s in specs) or (yield _Idle()):
-        return (yield from _unit(_routed_insert(specs, sql, schema), one_statement=False))
-    return (yield from _routed_insert(specs, sql, schema))
+        return (yield from _unit(_routed_insert(specs, sql, schema, database), one_statement=False))
+    return (yield from _routed_insert(specs, sql, schema, database))
 
 
-def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
+# (host, port, database, schema, queue, kind) seen committed in queue_kinds: rows there are never
+# deleted, so an enqueue of a known pair writes nothing there (a set's add and test are atomic)
+_KNOWN_PAIRS: set[tuple] = set()
+_KNOWN_PAIRS_BOUND = 100_000  # past it, unknown pairs are written (and found there) every time
+
+
+def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, database: tuple) -> Plan:
     ids = uuid7.many(len(specs), TaskId)
+    single = len(specs) == 1 and not specs[0].depends_on and specs[0].unique is None and specs[0].debounce is None
     [(now, outbox)] = yield _Query(sql["routed_now"], {})
-    pairs = sorted({(s.queue, s.kind) for s in specs})
-    yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs], "kinds": [k for _, k in pairs]})
+    pairs = sorted(p for p in {(s.queue, s.kind) for s in specs} if (*database, schema, *p) not in _KNOWN_PAIRS)
+    if pairs:
+        written = yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs],
+                                                           "kinds": [k for _, k in pairs]})
+        if len(_KNOWN_PAIRS) < _KNOWN_PAIRS_BOUND:
+            _KNOWN_PAIRS.update((*database, schema, *pair) for pair in set(pairs) - set(map(tuple, written)))
+    if single:
+        return (yield from _insert_one(specs[0], ids, sql, schema, now, outbox))
     if any(s.depends_on for s in specs):
         inserted = yield from routed_graph.dependent_plan(specs, ids, sql, schema, now)
         new = {task_id for task_id, _, _, _ in inserted}
@@ -385,6 +399,22 @@ def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: st
     yield from _after_insert(sql, schema, [(task_id, queue) for task_id, queue, _ in inserted],
                              due={q for _, q, run_after in inserted if run_after <= now}, outbox=outbox)
     return (yield from _keyed_owners(specs, ids, new, sql))
+
+
+def _insert_one(s: TaskSpec, ids: list, sql: Mapping[str, str], schema: str, now, outbox: bool) -> Plan:
+    """One plain task: its row and its event, each an INSERT ... VALUES sent to its queue's node."""
+    run_after = s.run_at if s.run_at is not None else now + dt.timedelta(seconds=s.delay or 0)
+    inserted = yield _Query(sql["routed_task_insert_one"], dict(
+        id=ids[0], kind=s.kind, queue=s.queue, priority=s.priority, payload=_RawJson(s.payload_json),
+        max_attempts=s.max_attempts, run_after=run_after, idempotency_key=s.idempotency_key,
+        concurrency_key=s.concurrency_key, trace_context=jsonb(s.trace_context)))
+    if inserted:
+        yield _Query(sql["routed_task_inserted_event"], {"queue": s.queue, "id": ids[0]})
+        if outbox:
+            yield _Query(sql["routed_outbox"], outbox_params([s.queue], [(ids[0], 1)]))
+        if run_after <= now:
+            yield _Query(sql["routed_wake"], {"channel": f"skiplock_{schema}", "queues": [s.queue]})
+    return (yield from _keyed_owners([s], ids, {row[0] for row in inserted}, sql))
 
 
 def _keyed_owners(specs: Sequence[TaskSpec], ids: list, new: set, sql: Mapping[str, str]) -> Plan:

@@ -140,7 +140,13 @@ def _checked_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: st
     """`write`'s plan, after checking once that `schema` has the tasks table and its trigger, or
     the distributed placement (whose statements write what the trigger writes: store/routed.py)."""
     distributed = yield from placement_plan(conn, schema)
-    return (yield from (write.routed_plan(schema) if distributed else write.plan(schema)))
+    return (yield from (write.routed_plan(schema, _database(conn)) if distributed else write.plan(schema)))
+
+
+def _database(conn: psycopg.Connection | psycopg.AsyncConnection) -> tuple:
+    """(host, port, database name) of `conn`."""
+    info = conn.info
+    return info.host, info.port, info.dbname
 
 
 def placement_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: str) -> Plan:
@@ -148,8 +154,7 @@ def placement_plan(conn: psycopg.Connection | psycopg.AsyncConnection, schema: s
     the tasks table and its trigger or the distributed placement; MigrationError otherwise."""
     distributed = _schema_ok_on.get(conn, {}).get(schema)
     if distributed is None:
-        info = conn.info
-        key = (info.host, info.port, info.dbname, schema)
+        key = (*_database(conn), schema)
         distributed = _schema_ok.get(key)
         if distributed is None:
             sql = queries.load(schema)
@@ -184,10 +189,10 @@ class TaskWrite(NamedTuple):
             return _copy_many_plan(self.template, self.payloads, schema)
         return _insert_plan(self.specs, schema)
 
-    def routed_plan(self, schema: str) -> Plan:
-        """The plan on the distributed placement (store/routed.py)."""
+    def routed_plan(self, schema: str, database: tuple) -> Plan:
+        """The plan on the distributed placement (store/routed.py), into `database` (_database)."""
         specs = routed.specs_of(self.template, self.payloads) if self.template is not None else self.specs
-        return routed.insert_plan(specs, queries.load(schema), schema)
+        return routed.insert_plan(specs, queries.load(schema), schema, database)
 
 
 # -- the doors
@@ -202,7 +207,7 @@ def task_insert(conn: psycopg.Connection, specs: Sequence[TaskSpec], schema: str
     """Insert tasks on `conn`, in whatever transaction it is in (see _insert_plan; `distributed`:
     the placement's plan, store/routed.py)."""
     if distributed:
-        return _run(conn, routed.insert_plan(specs, queries.load(schema), schema))
+        return _run(conn, routed.insert_plan(specs, queries.load(schema), schema, _database(conn)))
     return _run(conn, _insert_plan(specs, schema))
 
 
