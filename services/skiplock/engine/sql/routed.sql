@@ -262,9 +262,11 @@ SET state = 'running',
     event_seq = t.event_seq + 1
 FROM picked AS p
 WHERE t.queue = %(queue)s AND t.id = p.id AND t.state = 'queued'
--- run_after, not the wait: Citus refuses now() in RETURNING (the store subtracts its %(now)s)
+-- the wait from the time written (Citus refuses now() in RETURNING), and whether a webhook
+-- endpoint is enabled (routed_now's second column: the claim's events then go to the outbox)
 RETURNING t.id, t.kind, t.queue, t.payload, t.attempts AS attempt, t.lease_token, t.cursor,
-          t.run_after AS waited_seconds, t.limited, t.trace_context;
+          extract(epoch FROM t.updated_at - t.run_after)::float8 AS waited_seconds, t.limited, t.trace_context,
+          (SELECT EXISTS (SELECT FROM skiplock.webhook_endpoints WHERE enabled)) AS outbox;
 
 -- name: routed_task_claim_events
 INSERT INTO skiplock.task_events AS written (queue, task_id, seq, type, lease_token, attempt, data)

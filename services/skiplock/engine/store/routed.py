@@ -35,7 +35,6 @@ from . import routed_graph
 from .routed_graph import Transition
 from .unique_inserts import keyed_plan
 from .plans import columns as _columns
-from .rows import rows_as
 
 log = logging.getLogger("skiplock.store")
 
@@ -138,16 +137,14 @@ class RoutedTasks:
     def _claim_one(self, conn, queue: str, limit: int, owner: str, lease_seconds: float,
                    kind_max_attempts: Mapping[str, int] | None) -> list[ClaimedTask]:
         with conn.transaction():
-            [(now, outbox)] = conn.execute(self.db.sql["routed_now"]).fetchall()
-            rows = [row._replace(waited_seconds=(now - row.waited_seconds).total_seconds())
-                    for row in rows_as("routed_task_claim", ClaimedTask, conn.execute(
-                        self.db.sql["routed_task_claim"], dict(
-                            queue=queue, limit=limit, owner=owner,
-                            lease_seconds=lease_seconds, kind_max_attempts=jsonb(kind_max_attempts))))]
+            found = conn.execute(self.db.sql["routed_task_claim"], dict(
+                queue=queue, limit=limit, owner=owner, lease_seconds=lease_seconds,
+                kind_max_attempts=jsonb(kind_max_attempts))).fetchall()
+            rows = [ClaimedTask(*row[:-1]) for row in found]  # the columns of ClaimedTask, in order
             if rows:
                 written = conn.execute(self.db.sql["routed_task_claim_events"],
                                        dict(queue=queue, owner=owner, ids=[r.id for r in rows])).fetchall()
-                if outbox:
+                if found[0][-1]:  # an endpoint is enabled
                     self._outbox(conn, queue, written)
         return rows
 
