@@ -489,9 +489,15 @@ SELECT nextval('skiplock.lease_tokens') FROM generate_series(1, %(limit)s);
 WITH {{_delivery_claim_picked}}
 SELECT id FROM picked ORDER BY id;
 
+-- name: routed_trace_contexts
+-- the trace contexts of tasks whose deliveries were just leased, read on their queues' shards
+SELECT id, trace_context FROM skiplock.tasks
+WHERE queue = ANY (%(queues)s::text[]) AND id = ANY (%(ids)s::uuid[]) AND trace_context IS NOT NULL;
+
 -- name: routed_delivery_lease
--- without the task's trace context: a join of the coordinator's deliveries to the distributed
--- tasks by an id that names no queue is not one Citus runs
+-- without the task's trace context (routed_trace_contexts reads it next): a join of the
+-- coordinator's deliveries to the distributed tasks by an id that names no queue is not one Citus
+-- runs
 WITH leased AS (
     UPDATE skiplock.webhook_deliveries AS d
     SET state = 'delivering',

@@ -167,8 +167,13 @@ class WebhookStore:
             if not ids:
                 return []
             tokens = [t for (t,) in conn.execute(self.db.sql["routed_lease_tokens"], dict(limit=len(ids))).fetchall()]
-            return rows_as("routed_delivery_lease", Delivery, conn.execute(
+            leased = rows_as("routed_delivery_lease", Delivery, conn.execute(
                 self.db.sql["routed_delivery_lease"], dict(params, ids=ids, tokens=tokens)))
+            # the tasks' trace contexts, read on their queues' shards (the payload names both)
+            tasks = {d.payload["data"]["task_id"]: d.payload["data"]["queue"] for d in leased}
+            traced = dict(conn.execute(self.db.sql["routed_trace_contexts"], dict(
+                queues=sorted(set(tasks.values())), ids=sorted(tasks))).fetchall())
+            return [d._replace(trace_context=traced.get(uuid.UUID(d.payload["data"]["task_id"]))) for d in leased]
 
     def webhook_delivery_settle(self, outcomes: Sequence[dict]) -> dict[uuid.UUID, str]:
         """Fenced outcomes [{id, token, outcome, status, error, delay}]; returns {id: new state}
