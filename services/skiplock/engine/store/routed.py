@@ -354,9 +354,28 @@ def insert_plan(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, 
     # caller's transaction a savepoint where one Postgres takes one too (dependencies and unique
     # windows), none for plain tasks, as the one-statement insert there (the API tells a task it
     # inserted by the row's xmin, its own transaction's id)
-    if any(s.depends_on or s.unique is not None or s.debounce is not None for s in specs) or (yield _Idle()):
-        return (yield from _unit(_routed_insert(specs, sql, schema, database), one_statement=False))
-    return (yield from _routed_insert(specs, sql, schema, database))
+    if (yield _Idle()):
+        # queue_kinds first, committed on its own: a write of that reference table commits on
+        # every node (two-phase), and the task's own transaction then commits on its node alone
+        yield from _registered(specs, sql, schema, database, committed=True)
+        return (yield from _unit(_routed_insert(specs, sql, schema), one_statement=False))
+    yield from _registered(specs, sql, schema, database, committed=False)
+    if any(s.depends_on or s.unique is not None or s.debounce is not None for s in specs):
+        return (yield from _unit(_routed_insert(specs, sql, schema), one_statement=False))
+    return (yield from _routed_insert(specs, sql, schema))
+
+
+def _registered(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, database: tuple, *,
+                committed: bool) -> Plan:
+    """The (queue, kind) pairs of `specs` in queue_kinds, written unless found committed before;
+    `committed`: the statement is a transaction of its own (what it writes is committed too)."""
+    pairs = sorted(p for p in {(s.queue, s.kind) for s in specs} if (*database, schema, *p) not in _KNOWN_PAIRS)
+    if pairs:
+        written = yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs],
+                                                           "kinds": [k for _, k in pairs]})
+        if len(_KNOWN_PAIRS) < _KNOWN_PAIRS_BOUND:
+            known = set(pairs) if committed else set(pairs) - set(map(tuple, written))
+            _KNOWN_PAIRS.update((*database, schema, *pair) for pair in known)
 
 
 # (host, port, database, schema, queue, kind) seen committed in queue_kinds: rows there are never
@@ -365,16 +384,10 @@ _KNOWN_PAIRS: set[tuple] = set()
 _KNOWN_PAIRS_BOUND = 100_000  # past it, unknown pairs are written (and found there) every time
 
 
-def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, database: tuple) -> Plan:
+def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str) -> Plan:
     ids = uuid7.many(len(specs), TaskId)
     single = len(specs) == 1 and not specs[0].depends_on and specs[0].unique is None and specs[0].debounce is None
     [(now, outbox)] = yield _Query(sql["routed_now"], {})
-    pairs = sorted(p for p in {(s.queue, s.kind) for s in specs} if (*database, schema, *p) not in _KNOWN_PAIRS)
-    if pairs:
-        written = yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs],
-                                                           "kinds": [k for _, k in pairs]})
-        if len(_KNOWN_PAIRS) < _KNOWN_PAIRS_BOUND:
-            _KNOWN_PAIRS.update((*database, schema, *pair) for pair in set(pairs) - set(map(tuple, written)))
     if single:
         return (yield from _insert_one(specs[0], ids, sql, schema, now, outbox))
     if any(s.depends_on for s in specs):
