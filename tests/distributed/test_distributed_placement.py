@@ -30,7 +30,11 @@ TASKS_PER_QUEUE = 25
 
 
 def migrate(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "skiplock.cli", "migrate", *args], capture_output=True, text=True,
+    return cli(url, "migrate", *args)
+
+
+def cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "skiplock.cli", *args], capture_output=True, text=True,
                           env=child_environment(SKIPLOCK_DATABASE_URL=url, PYTHONPATH=str(ROOT / "services")),
                           timeout=120)
 
@@ -256,6 +260,30 @@ def test_the_queues_and_kinds_enqueued_are_recorded_once_committed_and_a_rollbac
         assert {t.id for t in store.tasks.task_list(queue="rolled", kind="t.record")} == {first, second}
     finally:
         store.close()
+
+
+def test_a_limit_is_refused_in_one_line_and_the_placement_waits_for_the_limits_to_go(citus, distributed):
+    """No claim serves a limited kind on this placement yet: a limit is refused rather than
+    leaving its kind's tasks waiting, and a schema with limits is not distributed until they go."""
+    url, db = distributed
+    refused = cli(url, "limits", "set", "t.record", "--concurrency", "2")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "skiplock limits: limits do not run on a distributed (Citus) placement yet: the tasks of a limited kind "
+        "would wait for good"], refused.stderr
+    assert scalar(db, "SELECT count(*) FROM skiplock.limits") == 0
+    other = citus.create_database("skiplock_limited")
+    assert migrate(other).returncode == 0
+    assert cli(other, "limits", "set", "t.record", "--concurrency", "2").returncode == 0
+    held = migrate(other, "--distributed")
+    assert held.returncode == 1 and held.stderr.strip().splitlines() == [
+        "skiplock migrate: limits do not run on a distributed (Citus) placement yet: the tasks of a limited kind "
+        "would wait for good; delete the limits first (skiplock limits delete t.record)"], held.stderr
+    with psycopg.connect(other, autocommit=True) as conn:
+        assert scalar(conn, "SELECT count(*) FROM pg_dist_partition") == 0  # nothing distributed
+    assert cli(other, "limits", "delete", "t.record").returncode == 0
+    done = migrate(other, "--distributed")
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "distributed by queue", done.stderr
 
 
 def test_retention_deletes_finished_tasks_with_their_events_queue_by_queue(distributed):

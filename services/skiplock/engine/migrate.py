@@ -22,6 +22,7 @@ from . import queries
 from .queries import qualify
 from .store import connect
 from .store.database import tasks_distributed
+from .store.limits import NOT_DISTRIBUTED
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Arbitrary constant shared by every skiplock migrator; combined with the schema name.
@@ -204,6 +205,10 @@ def distribute(url: str, schema: str = "skiplock") -> bool:
         try:
             if tasks_distributed(conn, sql):
                 return False
+            [(limited,)] = conn.execute(sql["placement_limits_set"]).fetchall()
+            if limited:
+                raise MigrationError(f"{NOT_DISTRIBUTED}; delete the limits first (skiplock limits delete "
+                                     f"{limited[0]}{', ...' if len(limited) > 1 else ''})")
             step = "placement_keys_changed"
             try:
                 if not conn.execute(sql[step]).fetchone()[0]:

@@ -20,6 +20,10 @@ SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL;
 SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
                WHERE logicalrelid = to_regclass('skiplock.tasks') AND partmethod = 'h');
 
+-- name: placement_limits_set
+-- Whether any kind has a limit: no claim serves a limited kind on the distributed placement yet.
+SELECT array_agg(kind ORDER BY kind) FROM skiplock.limits;
+
 -- name: placement_keys_changed
 -- Whether the key changes below are made (a placement cut off after them is resumed past them).
 SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute

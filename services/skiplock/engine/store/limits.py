@@ -9,6 +9,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ..errors import InvalidInput
 from ..limits import Limit
 from .database import Database
 
@@ -37,6 +38,11 @@ class LimitStats(NamedTuple):
         return self.running / (self.concurrency * self.busy_groups) if self.busy_groups else 0.0
 
 
+# why a limit is refused on the distributed placement (and the placement, while limits exist)
+NOT_DISTRIBUTED = ("limits do not run on a distributed (Citus) placement yet: the tasks of a limited kind "
+                   "would wait for good")
+
+
 class LimitStore:
     """Queries of the limits and their groups."""
 
@@ -56,7 +62,10 @@ class LimitStore:
         return self._record(rows[0]) if rows else None
 
     def limit_upsert(self, limit: Limit) -> bool | None:
-        """True: created; False: changed; None: it was already so."""
+        """True: created; False: changed; None: it was already so. Refused on the distributed
+        placement, where no claim serves a limited kind yet (its tasks would wait)."""
+        if self.db.distributed:
+            raise InvalidInput(NOT_DISTRIBUTED)
         rows = self.db.fetch("limit_upsert", dict(kind=limit.kind, concurrency=limit.concurrency,
                                                   rate_count=limit.rate_count, rate_seconds=limit.rate_seconds,
                                                   burst=limit.burst))
