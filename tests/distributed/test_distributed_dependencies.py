@@ -181,3 +181,38 @@ def test_wait_hears_when_a_task_ends_on_a_worker_node(fresh):  # noqa: F811
     assert waited < 15, waited  # unheard, it would have read the task again only at its 30 s timeout
     with pytest.raises(skiplock.TaskNotFound), psycopg.connect(url, autocommit=True) as conn:
         wait_finished(conn, "skiplock", uuid.uuid4(), timeout=1, poll=60)
+
+
+def test_a_parent_whose_dependent_is_on_a_node_away_completes_once_the_node_is_back(citus, fresh, processes):  # noqa: F811
+    """A parent's outcome and its dependents' counters commit together: with the dependent's node
+    away, the outcome waits (written again, the handler not run again) and the parent's lease is
+    kept; the node back, both complete."""
+    url, db = fresh
+    nodes = {queue: node_of_queue(db, queue) for queue in QUEUES}
+    away = citus.nodes[1]
+    here = [q for q in QUEUES if nodes[q] != away.port][0]
+    there = [q for q in QUEUES if nodes[q] == away.port][0]
+    parent = skiplock.enqueue(url, "t.value", {"n": 1, "sleep": 1.5}, queue=here)
+    child = skiplock.enqueue(url, "t.parents", {}, queue=there, depends_on=[parent])
+    worker = processes.spawn(url, "--concurrency", "2", "--queues", f"{here},{there}")
+    processes.wait_ready(worker)
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM public.executions WHERE task_id = %s", (parent,)) == 1, 30,
+             interval=0.05, message="the parent running")
+    away.stop("immediate")
+    try:
+        time.sleep(4)  # the handler ended 1.5 s in; its outcome has been refused since
+        # (read on the parent's node alone: a read by id asks every node)
+        assert scalar(db, "SELECT state FROM skiplock.tasks WHERE queue = %s AND id = %s", (here, parent)) == "running"
+    finally:
+        away.start()
+    wait_for(lambda: _state(db, child) == "completed", 60, interval=0.5, message="the dependent completed")
+    assert _state(db, parent) == "completed"
+    runs = dict(db.execute("SELECT task_id, count(*) FROM public.executions WHERE task_id = ANY(%s) GROUP BY 1",
+                           ([parent, child],)).fetchall())
+    assert runs == {parent: 1, child: 1}
+    assert scalar(db, "SELECT reclaims FROM skiplock.tasks WHERE id = %s", (parent,)) == 0
+    assert scalar(db, "SELECT result FROM skiplock.tasks WHERE id = %s", (child,))["sum"] == 1
+
+
+def _state(db, task_id) -> str:
+    return scalar(db, "SELECT state FROM skiplock.tasks WHERE id = %s", (task_id,))
