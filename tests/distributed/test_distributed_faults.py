@@ -1,4 +1,5 @@
-"""Faults on the distributed placement (Citus, a coordinator and two worker nodes): workers killed
+"""Faults on the distributed placement (Citus, a coordinator and two worker nodes): a frozen
+worker's late write refused and counted, workers killed
 with SIGKILL mid-drain (nothing lost, a task runs again only after its lease was reclaimed), a
 worker stopped with SIGTERM mid-drain (it finishes what it holds and exits 0), and a worker node
 stopped mid-drain (its queues wait, neither lost nor run twice, while the other node's go on; the
@@ -18,6 +19,7 @@ from tests.support import harness
 from tests.support.harness import SUPPORT_SCHEMA, scalar, wait_for
 from tests.support.kill_storm import Workers
 from tests.distributed.test_distributed_placement import migrate, node_of_queue
+from tests.reliability.test_zombie_fencing import zombie_refused_and_counted
 
 pytestmark = pytest.mark.xdist_group("citus")
 
@@ -75,6 +77,14 @@ def test_workers_killed_mid_drain_lose_nothing_and_rerun_only_reclaimed_tasks(fr
     reclaims = scalar(db, "SELECT sum(reclaims) FROM skiplock.tasks")
     assert reclaims >= killed
     print(f"reclaims {reclaims}, reruns {sum(r[2] - 1 for r in rows)}")
+
+
+def test_a_frozen_workers_late_completion_is_refused_by_the_fence_and_counted(fresh, processes):
+    """tests/reliability/test_zombie_fencing.py's scenario through real workers on Citus: a worker
+    frozen past its lease, the task reclaimed and completed by another, the zombie's late write
+    refused and counted in skiplock_stale_writes_rejected_total."""
+    url, db = fresh
+    zombie_refused_and_counted(url, db, processes)
 
 
 def test_sigterm_mid_drain_finishes_what_it_holds_and_exits_0(fresh, processes):

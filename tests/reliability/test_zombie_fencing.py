@@ -14,6 +14,11 @@ ENV = {"SKIPLOCK_LEASE_SECONDS": 2, "SKIPLOCK_HEARTBEAT_SECONDS": 0.5, "SKIPLOCK
 
 
 def test_zombie_worker_completion_is_refused_after_its_lease_was_reclaimed(db_url, db, processes):
+    zombie_refused_and_counted(db_url, db, processes)
+
+
+def zombie_refused_and_counted(db_url, db, processes) -> None:
+    """The scenario, on the database of `db_url` (tests/distributed runs it on Citus too)."""
     a = processes.spawn(db_url, "--concurrency", "2", env=ENV)
     processes.wait_ready(a)
     task_id = skiplock.enqueue(db_url, "t.whoami", {"sleep": 4})
