@@ -187,7 +187,8 @@ class RoutedTasks:
                         rows = conn.execute(self.db.sql["routed_task_settle"],
                                             dict(params_of(group), queue=queue, now=now)).fetchall()
                         if rows:
-                            self._written(conn, queue, now, outbox, [_settle_event(r, by_id[r[0]]) for r in rows], woken=False,
+                            events = [_settle_event(r, by_id[r[0]]) for r in rows]
+                            self._written(conn, queue, now, outbox, events, woken=False,
                                           transitions=[Transition(r[0], queue, r[9], r[1], r[10]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
@@ -254,7 +255,8 @@ class RoutedTasks:
         written(conn, self.db, queue, now, outbox, events, woken=woken, transitions=transitions)
 
     # -- operator actions: cancel and resume, each queue's tasks in a transaction of its own
-    def act(self, action: str, targets: Sequence[tuple[str, uuid.UUID]], data: Any = None) -> list[tuple[uuid.UUID, str]]:
+    def act(self, action: str, targets: Sequence[tuple[str, uuid.UUID]], data: Any = None
+            ) -> list[tuple[uuid.UUID, str]]:
         """Cancel ("cancel") or resume ("resume") the tasks of `targets` [(queue, id)], as
         task_cancel and task_resume do on one Postgres: each changed task's event, the wake-up of
         its queue, the walk to its dependents. [(id, the state it took)] of those that changed."""
@@ -394,7 +396,8 @@ def _routed_insert(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: st
         inserted = yield from routed_graph.dependent_plan(specs, ids, sql, schema, now)
         new = {task_id for task_id, _, _, _ in inserted}
         yield from _after_insert(sql, schema, [(task_id, queue) for task_id, queue, _, _ in inserted],
-                                 due={q for _, q, run_after, state in inserted if state == "queued" and run_after <= now},
+                                 due={q for _, q, run_after, state in inserted
+                                      if state == "queued" and run_after <= now},
                                  outbox=outbox)
         return (yield from _keyed_owners(specs, ids, new, sql))
     if any(s.unique is not None or s.debounce is not None for s in specs):
