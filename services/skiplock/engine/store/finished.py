@@ -17,7 +17,8 @@ from psycopg import sql as pgsql
 from .. import queries
 from ..errors import TaskNotFound, WaitTimeout
 from ..model import FINISHED_STATES, Task
-from .database import tasks_distributed
+from .plans import _run
+from .task_inserts import placement_plan
 from .rows import rows_as
 from .translation import translated_errors
 
@@ -32,7 +33,7 @@ def wait_finished(conn: psycopg.Connection, schema: str, task_id: uuid.UUID, tim
     with translated_errors(conn):
         conn.execute(pgsql.SQL("LISTEN {}").format(channel))
         try:
-            distributed = tasks_distributed(conn, statements)
+            distributed = _run(conn, placement_plan(conn, schema))  # read once per database
             state = (_routed_watch if distributed else _watch)(conn, statements, schema, task_id)
             if state is None:
                 raise TaskNotFound(f"task {task_id} not found")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 import uuid
 from contextlib import nullcontext
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +38,9 @@ from .unique_inserts import keyed_plan
 from .plans import columns as _columns
 
 log = logging.getLogger("skiplock.store")
+
+# how long the reclaim, the retention and the wake-up reuse their grouping of queues by node
+QUEUE_GROUPS_SECONDS = 5.0
 
 def _event_type(state: str, outcome: str) -> str:
     """The event a settle's transition writes (as task_settle's settle_events names it)."""
@@ -111,6 +115,7 @@ class RoutedTasks:
     def __init__(self, db: Database):
         self.db = db
         self.failures = NodeFailures()
+        self._groups: tuple[float, dict] = (float("-inf"), {})  # (read at, _queue_groups's answer)
 
     def claim(self, queues: Sequence[str], limit: int, owner: str, lease_seconds: float,
               kind_max_attempts: Mapping[str, int] | None) -> Claim:
@@ -188,8 +193,8 @@ class RoutedTasks:
                                             dict(params_of(group), queue=queue, now=now)).fetchall()
                         if rows:
                             events = [_settle_event(r, by_id[r[0]]) for r in rows]
-                            self._written(conn, queue, now, outbox, events, woken=False,
-                                          transitions=[Transition(r[0], queue, r[9], r[1], r[10]) for r in rows])
+                            written(conn, self.db, queue, now, outbox, events, woken=False,
+                                    transitions=[Transition(r[0], queue, r[9], r[1], r[10]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed or len(_by_queue(settlements, lambda s: s.queue)) == 1:
                         raise  # the caller's own retry, as on one Postgres
@@ -216,8 +221,9 @@ class RoutedTasks:
                                        "lease_token": r[5], "attempt": r[6],
                                        "data": {"reason": "lease expired", "reclaims": r[7], "error": r[8]}}
                                       for r in rows]
-                            self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
-                                          transitions=[Transition(r[0], queue, r[9], r[2], r[10]) for r in rows])
+                            written(conn, self.db, queue, now, outbox, events,
+                                    woken=any(r[2] == "queued" for r in rows),
+                                    transitions=[Transition(r[0], queue, r[9], r[2], r[10]) for r in rows])
                 except psycopg.Error as exc:
                     if conn.closed:
                         raise
@@ -226,15 +232,25 @@ class RoutedTasks:
                 reclaimed.extend((r[0], r[1], r[2], r[3], r[6], r[8]) for r in rows)
         return reclaimed
 
+    def _queue_groups(self, conn) -> dict:
+        """{node group: [(queue, group)]} of every queue tasks were enqueued into, read again once
+        it is QUEUE_GROUPS_SECONDS old: the wake-up asks every half second, and a queue new since
+        is found by the next read (a stale grouping only groups a moved queue with its old node)."""
+        at, groups = self._groups
+        if time.monotonic() - at > QUEUE_GROUPS_SECONDS:
+            known = [q for (q,) in conn.execute(self.db.sql["routed_queues"]).fetchall()]
+            groups = _by_queue(conn.execute(self.db.sql["routed_queue_groups"], {"queues": known}).fetchall(),
+                               lambda row: row[1])
+            self._groups = (time.monotonic(), groups)  # one tuple: a reader sees the old or the new
+        return groups
+
     def _queues_with(self, conn, statement: str, params: dict) -> list[str]:
         """The queues that `statement` (a read of routed.sql naming `queues`) finds work in, asked
         of each worker node for the queues it holds: a node that does not answer leaves its queues
         out (the failure logged once per queue), the other nodes' are found. One read of every
         shard would fail whole while any node is away."""
-        known = [q for (q,) in conn.execute(self.db.sql["routed_queues"]).fetchall()]
-        groups = _by_queue(conn.execute(self.db.sql["routed_queue_groups"], {"queues": known}).fetchall(),
-                           lambda row: row[1])
         found: list[str] = []
+        groups = self._queue_groups(conn)
         for group in sorted(groups, key=lambda g: (g is None, g)):
             queues = [queue for queue, _ in groups[group]]
             try:
@@ -249,10 +265,6 @@ class RoutedTasks:
                 for queue in queues:
                     self.failures.answered(queue)
         return found
-
-    def _written(self, conn, queue: str, now, outbox: bool, events: list[dict], *, woken: bool,
-                 transitions: Sequence[Transition]) -> None:
-        written(conn, self.db, queue, now, outbox, events, woken=woken, transitions=transitions)
 
     # -- operator actions: cancel and resume, each queue's tasks in a transaction of its own
     def act(self, action: str, targets: Sequence[tuple[str, uuid.UUID]], data: Any = None
@@ -275,8 +287,9 @@ class RoutedTasks:
                     else:
                         events = [{"id": r[0].hex, "seq": r[3], "type": "resumed", "attempt": 0, "data": data}
                                   for r in rows]
-                    self._written(conn, queue, now, outbox, events, woken=any(r[2] == "queued" for r in rows),
-                                  transitions=[Transition(r[0], queue, r[1], r[2], r[4]) for r in rows])
+                    written(conn, self.db, queue, now, outbox, events,
+                            woken=any(r[2] == "queued" for r in rows),
+                            transitions=[Transition(r[0], queue, r[1], r[2], r[4]) for r in rows])
                 changed.extend((r[0], r[2]) for r in rows)
         return changed
 
@@ -373,10 +386,10 @@ def _registered(specs: Sequence[TaskSpec], sql: Mapping[str, str], schema: str, 
     `committed`: the statement is a transaction of its own (what it writes is committed too)."""
     pairs = sorted(p for p in {(s.queue, s.kind) for s in specs} if (*database, schema, *p) not in _KNOWN_PAIRS)
     if pairs:
-        written = yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs],
-                                                           "kinds": [k for _, k in pairs]})
+        added = yield _Query(sql["routed_queue_kinds"], {"queues": [q for q, _ in pairs],
+                                                         "kinds": [k for _, k in pairs]})
         if len(_KNOWN_PAIRS) < _KNOWN_PAIRS_BOUND:
-            known = set(pairs) if committed else set(pairs) - set(map(tuple, written))
+            known = set(pairs) if committed else set(pairs) - set(map(tuple, added))
             _KNOWN_PAIRS.update((*database, schema, *pair) for pair in known)
 
 
