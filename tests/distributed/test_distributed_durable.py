@@ -48,12 +48,19 @@ def test_steps_sleep_signals_and_awaited_children_suspend_and_resume_on_their_sh
     worker = processes.spawn(url, "--concurrency", "4", "--queues", ",".join([*QUEUES, "default"]), tasks=HANDLERS)
     processes.wait_ready(worker)
 
-    wait_for(lambda: _state(db, waiter) == "waiting", 30, message="the signal waiter suspended")
-    assert skiplock.send_signal(url, "go", {"x": 1}) == (True, 1)
-    assert skiplock.send_signal(url, "go", {"x": 2}) == (False, 0)  # the first send wins
     done = [steps, rows, sleeper, waiter, parent]
-    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND state = 'completed'",
-                            (done,)) == len(done), 60, message="every durable task completed")
+
+    def why() -> str:  # each task's events and the worker's log, for a failure to say what happened
+        return f"{[(t, _events(db, t)) for t in done]}\n{worker.log()[-3000:]}"
+
+    try:
+        wait_for(lambda: _state(db, waiter) == "waiting", 30, message="the signal waiter suspended")
+        assert skiplock.send_signal(url, "go", {"x": 1}) == (True, 1)
+        assert skiplock.send_signal(url, "go", {"x": 2}) == (False, 0)  # the first send wins
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.tasks WHERE id = ANY(%s) AND state = 'completed'",
+                                (done,)) == len(done), 60, message="every durable task completed")
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}\n{why()}") from None
 
     # steps: the failure after step 1 repeats no step; three records on the task's shard
     assert _notes(db, steps) == {"s0": 1, "s1": 1, "s2": 1}
